@@ -1,0 +1,54 @@
+"""mixreplay: offline-to-online replay for PyTorch.
+
+Every batch mixes an immutable offline dataset with fresh online experience in
+an exact, scheduled proportion. Start with :class:`OfflineToOnlineReplayBuffer`.
+"""
+
+from mixreplay._version import __version__
+from mixreplay.buffer import ReplayBuffer
+from mixreplay.datasets import OfflineDataset, list_prefixes, load_dataset, register_dataset
+from mixreplay.errors import (
+    CheckpointError,
+    DatasetError,
+    DatasetNotFoundError,
+    EmptyBufferError,
+    MissingDependencyError,
+    MixreplayError,
+    ReadOnlyError,
+    SchemaMismatchError,
+)
+from mixreplay.mixing import MixtureReplayBuffer, OfflineToOnlineReplayBuffer
+from mixreplay.prefill import prefill_replay_buffer
+from mixreplay.samplers import RandomSampler, Sampler
+from mixreplay.schema import Field, Schema
+from mixreplay.split import split_counts
+from mixreplay.storage import FrozenStorage, LazyMemmapStorage, LazyTensorStorage, TensorStorage
+
+__all__ = [
+    "CheckpointError",
+    "DatasetError",
+    "DatasetNotFoundError",
+    "EmptyBufferError",
+    "Field",
+    "FrozenStorage",
+    "LazyMemmapStorage",
+    "LazyTensorStorage",
+    "MissingDependencyError",
+    "MixreplayError",
+    "MixtureReplayBuffer",
+    "OfflineDataset",
+    "OfflineToOnlineReplayBuffer",
+    "RandomSampler",
+    "ReadOnlyError",
+    "ReplayBuffer",
+    "Sampler",
+    "Schema",
+    "SchemaMismatchError",
+    "TensorStorage",
+    "__version__",
+    "list_prefixes",
+    "load_dataset",
+    "prefill_replay_buffer",
+    "register_dataset",
+    "split_counts",
+]

@@ -1,0 +1,82 @@
+"""Exceptions raised by mixreplay.
+
+Every exception derives from :class:`MixreplayError` and from the built-in it
+refines, so ``except ValueError`` keeps working for callers who do not know
+mixreplay::
+
+    MixreplayError
+    ├── SchemaMismatchError(ValueError)      keys, dtypes or shapes disagree
+    ├── EmptyBufferError(RuntimeError)       sampling with no rows anywhere
+    ├── ReadOnlyError(TypeError)             writing to offline (read-only) data
+    ├── DatasetError(ValueError)             an ID or file cannot be resolved or read
+    │   └── DatasetNotFoundError(FileNotFoundError)
+    ├── CheckpointError(ValueError)          a checkpoint is corrupt or does not fit
+    └── MissingDependencyError(ImportError)  an optional extra is not installed
+
+Messages name the argument or key, show the expected against the actual value,
+and say how to fix it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CheckpointError",
+    "DatasetError",
+    "DatasetNotFoundError",
+    "EmptyBufferError",
+    "MissingDependencyError",
+    "MixreplayError",
+    "ReadOnlyError",
+    "SchemaMismatchError",
+]
+
+
+class MixreplayError(Exception):
+    """Base class of every error raised by mixreplay."""
+
+
+class SchemaMismatchError(MixreplayError, ValueError):
+    """Two sources of rows (or a write and its storage) disagree on keys, dtypes or shapes."""
+
+
+class EmptyBufferError(MixreplayError, RuntimeError):
+    """A sample was requested from a buffer that holds no rows."""
+
+
+class ReadOnlyError(MixreplayError, TypeError):
+    """A write was attempted on read-only (offline) data."""
+
+
+class DatasetError(MixreplayError, ValueError):
+    """A dataset ID, path or file cannot be resolved or read."""
+
+
+class DatasetNotFoundError(DatasetError, FileNotFoundError):
+    """A dataset ID or path points to nothing on disk."""
+
+
+class CheckpointError(MixreplayError, ValueError):
+    """A checkpoint is missing, corrupt, or does not match the buffer loading it."""
+
+
+class MissingDependencyError(MixreplayError, ImportError):
+    """An optional dependency is needed and not installed."""
+
+
+def require(module: str, extra: str, feature: str):
+    """Import an optional dependency or raise with the exact install command.
+
+    Args:
+        module: the module to import, e.g. ``"minari"``.
+        extra: the mixreplay extra that installs it, e.g. ``"minari"``.
+        feature: what needs it, for the message.
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise MissingDependencyError(
+            f"{feature} needs the optional package {module!r}, which is not installed. "
+            f'Install it with: pip install "mixreplay[{extra}]"'
+        ) from err

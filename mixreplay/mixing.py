@@ -1,0 +1,687 @@
+"""Mixing buffers: every batch holds an exact, scheduled share of each source.
+
+:class:`OfflineToOnlineReplayBuffer` is the two-source buffer of the reference
+API (an immutable offline dataset and an online ring); :class:`MixtureReplayBuffer`
+mixes any number of named sources. Both split each batch with
+:func:`~mixreplay.split.split_counts` and gather every source's rows straight
+into one preallocated output: no per-source TensorDict, no ``torch.cat``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from mixreplay._foreign import ForeignSource, strip_bookkeeping
+from mixreplay.buffer import ReplayBuffer, check_batch_size, make_generator
+from mixreplay.errors import EmptyBufferError, SchemaMismatchError
+from mixreplay.samplers import Sampler
+from mixreplay.schema import NestedKey, RowLayout, Schema, normalize_key
+from mixreplay.split import split_counts
+from mixreplay.storage import LazyTensorStorage, is_native_storage
+
+__all__ = ["MixtureReplayBuffer", "OfflineToOnlineReplayBuffer"]
+
+log = logging.getLogger(__name__)
+
+_SCHEMA_FIX = (
+    "make both sides produce the same keys, dtypes and per-row shapes: load the dataset "
+    "with dtype/keys/rename options (e.g. load_dataset(id, keys=[...], rename={...}, "
+    "cast_to=...)), or convert the online rows before extend (td.float(), td.select(...))"
+)
+
+
+def _as_source(obj, name: str):
+    """A native ReplayBuffer is read directly; anything with sample/len samples itself."""
+    if isinstance(obj, ReplayBuffer):
+        return obj
+    if callable(getattr(obj, "sample", None)) and hasattr(obj, "__len__"):
+        return ForeignSource(obj)
+    raise TypeError(
+        f"source {name!r} must be a mixreplay ReplayBuffer or dataset, a TorchRL ReplayBuffer "
+        f"or dataset, or any object with sample(n) and len(); got {type(obj).__name__}"
+    )
+
+
+def _check_fraction_value(value, name: str, *, open_interval: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number in (0, 1), got {value!r}")
+    if open_interval and not 0.0 < value < 1.0:
+        raise ValueError(
+            f"{name} must be in (0, 1) (exclusive), got {value!r}; for online-only data use a "
+            "plain ReplayBuffer, for offline-only sample the dataset itself"
+        )
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+    return value
+
+
+class _MixingBuffer:
+    """What the two mixing buffers share: the split, the gather, labels and priorities."""
+
+    _names: tuple[str, ...]
+    _sources: list
+    _generator: torch.Generator
+    _batch_size: int | None
+    _transform: Callable | None
+    _source_key: tuple[str, ...] | None
+
+    def _init_common(self, batch_size, generator, transform, source_key) -> None:
+        self._batch_size = check_batch_size(batch_size)
+        self._generator = make_generator(generator)
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be callable, got {type(transform).__name__}")
+        self._transform = transform
+        self._source_key = None if source_key is None else normalize_key(source_key)
+        self._layout: RowLayout | None = None  # output layout once every source fits it
+        self._fused = False  # every source is native and shares the output layout
+
+    # -- subclass hooks --------------------------------------------------------------------
+
+    def _fractions(self) -> list[float]:
+        raise NotImplementedError
+
+    # -- schema ----------------------------------------------------------------------------
+
+    def _source_schema(self, src) -> Schema | None:
+        return src.schema
+
+    def _check_schemas(self, incoming: Schema, target: int) -> None:
+        """Raise before any write when ``incoming`` rows for source ``target`` do not mix."""
+        for i, src in enumerate(self._sources):
+            if i == target or len(src) == 0:
+                continue
+            other = self._source_schema(src)
+            if other is None:
+                continue
+            other.check_compatible(
+                incoming, names=(self._names[i], self._names[target]), fix=_SCHEMA_FIX
+            )
+
+    def _refresh_layout(self) -> None:
+        layouts = []
+        for src in self._sources:
+            layout = getattr(getattr(src, "storage", None), "layout", None)
+            layouts.append(layout)
+        known = [lay for lay in layouts if lay is not None]
+        self._layout = known[-1] if known else None
+        self._fused = (
+            len(known) == len(layouts)
+            and all(lay == known[0] for lay in known)
+            and all(is_native_storage(getattr(s, "storage", None)) for s in self._sources)
+        )
+
+    # -- sampling --------------------------------------------------------------------------
+
+    def _resolve_batch_size(self, batch_size: int | None) -> int:
+        if batch_size is None:
+            if self._batch_size is None:
+                raise ValueError(
+                    "batch_size is needed: pass sample(batch_size) or set batch_size= at construction"
+                )
+            return self._batch_size
+        return check_batch_size(batch_size, allow_none=False)
+
+    def _unit(self) -> int:
+        units = {getattr(getattr(s, "sampler", None), "unit", 1) for s in self._sources}
+        units.discard(1)
+        if len(units) > 1:
+            raise ValueError(
+                f"sources sample in different slice lengths {sorted(units)}; give every "
+                "sliced source the same slice_len"
+            )
+        return units.pop() if units else 1
+
+    def _counts(self, batch_size: int) -> list[int]:
+        sizes = [len(s) for s in self._sources]
+        live = [i for i, n in enumerate(sizes) if n > 0]
+        if not live:
+            raise EmptyBufferError(
+                f"cannot sample: every source is empty ({', '.join(self._names)}); "
+                "extend the buffer with rows first"
+            )
+        unit = self._unit()
+        if batch_size % unit:
+            raise ValueError(
+                f"batch_size {batch_size} is not a multiple of slice_len {unit}: slices are "
+                f"split whole; use a multiple of {unit}, e.g. {batch_size - batch_size % unit or unit}"
+            )
+        fractions = self._fractions()
+        counts = [0] * len(sizes)
+        live_counts = split_counts(batch_size // unit, [fractions[i] for i in live])
+        for i, c in zip(live, live_counts):
+            counts[i] = c * unit
+        return counts
+
+    def sample(self, batch_size: int | None = None, *, return_info: bool = False):
+        """Draw one flat ``[batch_size]`` batch: each source's rows in source order.
+
+        Args:
+            batch_size: rows to draw; defaults to the constructor's ``batch_size``.
+
+        Keyword Args:
+            return_info: also return a TensorDict with, per row, ``"source"``
+                (index of its source), ``"index"`` (its row in that source, -1
+                when a foreign source does not say) and ``"weight"`` (importance
+                weight; 1 for uniformly sampled rows) when any source is prioritized.
+
+        Returns:
+            The batch (new memory), or ``(batch, info)``.
+        """
+        B = self._resolve_batch_size(batch_size)
+        counts = self._counts(B)
+        gen = self._generator
+        if not self._fused:
+            self._refresh_layout()
+        indices: list[torch.Tensor | None] = [None] * len(counts)
+        if self._fused:
+            layout = self._layout
+            device = self._sources[-1].storage.device
+            out = torch.empty(B, layout.row_words, dtype=torch.int64, device=device)
+            pos = 0
+            for i, k in enumerate(counts):
+                if k:
+                    src = self._sources[i]
+                    storage = src.storage
+                    with storage.lock:
+                        idx = src.draw(k, gen)
+                        storage.gather_into(idx, out[pos : pos + k])
+                    indices[i] = idx
+                    pos += k
+            batch = layout.unpack(out, device)
+        else:
+            batch = self._sample_generic(B, counts, indices)
+        if self._source_key is not None or return_info:
+            source = torch.repeat_interleave(
+                torch.arange(len(counts)), torch.tensor(counts)
+            ).to(batch.device or "cpu")
+            if self._source_key is not None:
+                batch.set(self._source_key, source)
+        if self._transform is not None:
+            batch = self._transform(batch)
+        if not return_info:
+            return batch
+        return batch, self._info(B, counts, indices, source)
+
+    def _sample_generic(self, B: int, counts: list[int], indices: list) -> TensorDictBase:
+        """Sources that are foreign or differ in layout: gather, align, write into one output."""
+        parts = []
+        for i, k in enumerate(counts):
+            if not k:
+                continue
+            src = self._sources[i]
+            if isinstance(src, ForeignSource):
+                td = src.sample(k)
+                if "index" in td.keys():
+                    indices[i] = td.get("index").reshape(-1).to(torch.int64)
+            else:
+                with src.storage.lock:
+                    idx = src.draw(k, self._generator)
+                    td = src.storage.gather_unlocked(idx)
+                indices[i] = idx
+            parts.append(td)
+        if len(parts) == 1:
+            return parts[0]
+        layout = self._layout
+        if layout is None:
+            layout = RowLayout(Schema.from_tensordict(strip_bookkeeping(parts[-1])))
+        device = parts[-1].device or torch.device("cpu")
+        out = torch.empty(B, layout.row_words, dtype=torch.int64, device=device)
+        pos = 0
+        for td in parts:
+            n = td.batch_size[0]
+            td = strip_bookkeeping(td, layout.schema)
+            try:
+                leaves = layout.leaves_of(td)
+            except SchemaMismatchError as err:
+                raise SchemaMismatchError(f"{err}\nFix: {_SCHEMA_FIX}") from None
+            if any(v.device != device for v in leaves):
+                leaves = [v.to(device) for v in leaves]
+            layout.write(leaves, out[pos : pos + n], slice(None))
+            pos += n
+        return layout.unpack(out, device)
+
+    def _info(self, B: int, counts: list[int], indices: list, source: torch.Tensor) -> TensorDict:
+        index = torch.full((B,), -1, dtype=torch.int64)
+        weight = None
+        pos = 0
+        for i, k in enumerate(counts):
+            if not k:
+                continue
+            if indices[i] is not None:
+                index[pos : pos + k] = indices[i].cpu()
+            sampler = getattr(self._sources[i], "sampler", None)
+            w = None if sampler is None or indices[i] is None else sampler.weight(indices[i], self._sources[i].storage)
+            if w is not None:
+                if weight is None:
+                    weight = torch.ones(B, dtype=torch.float32)
+                weight[pos : pos + k] = w.cpu().to(torch.float32)
+            pos += k
+        info = TensorDict({"source": source.cpu(), "index": index}, batch_size=[B])
+        if weight is not None:
+            info["weight"] = weight
+        return info
+
+    def update_priority(self, info: TensorDictBase, priority: torch.Tensor) -> None:
+        """Send each row's new priority to the source it was drawn from.
+
+        Args:
+            info: the ``info`` returned by ``sample(..., return_info=True)``.
+            priority: one priority per row of that batch (e.g. ``|td_error|``).
+
+        Rows from sources without a prioritized sampler are ignored.
+        """
+        if not isinstance(info, TensorDictBase) or "source" not in info.keys() or "index" not in info.keys():
+            raise TypeError(
+                "update_priority expects the info TensorDict from sample(..., return_info=True) "
+                f"(with 'source' and 'index'), got {type(info).__name__}"
+            )
+        priority = torch.as_tensor(priority).detach().reshape(-1)
+        B = info.batch_size[0]
+        if priority.shape[0] != B:
+            raise ValueError(
+                f"priority has {priority.shape[0]} entries for a batch of {B} rows; pass one "
+                "priority per sampled row"
+            )
+        source, index = info["source"], info["index"]
+        for i, src in enumerate(self._sources):
+            sampler = getattr(src, "sampler", None)
+            if sampler is None or type(sampler).update_priority is Sampler.update_priority:
+                continue
+            mask = source == i
+            if bool(mask.any()):
+                sampler.update_priority(index[mask], priority.to(index.device)[mask])
+
+    # -- misc ------------------------------------------------------------------------------
+
+    @property
+    def generator(self) -> torch.Generator:
+        return self._generator
+
+    @property
+    def batch_size(self) -> int | None:
+        return self._batch_size
+
+    @property
+    def source_names(self) -> tuple[str, ...]:
+        return self._names
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self._sources)
+
+
+class OfflineToOnlineReplayBuffer(_MixingBuffer):
+    """An immutable offline dataset and an online ring, mixed in an exact proportion.
+
+    :meth:`extend` writes to the online ring only. :meth:`sample` draws exactly
+    ``round(offline_fraction * B)`` offline rows (Python's ``round``, half to even)
+    and ``B - round(...)`` online rows, offline rows first, as one flat ``[B]``
+    TensorDict. While the online ring is empty, or when the offline count is
+    ``B``, the whole batch is offline; when it is 0, the whole batch is online.
+
+    Offline and online rows must agree on keys, dtypes and per-row shapes: the
+    first :meth:`extend` checks it and raises :class:`~mixreplay.errors.SchemaMismatchError`
+    naming every key that differs (nothing is ever upcast silently). Sampler
+    bookkeeping keys such as TorchRL's ``"index"`` are not data and are dropped.
+
+    Args:
+        offline_dataset: a mixreplay buffer or dataset, a TorchRL ``ReplayBuffer``
+            or dataset, any object with ``sample(n)`` and ``len()``, or a dataset ID
+            such as ``"minari:mujoco/hopper/expert-v0"`` resolved by
+            :func:`~mixreplay.load_dataset`.
+
+    Keyword Args:
+        online_storage: the online ring (a mixreplay or TorchRL storage). Exclusive
+            with ``online_capacity``.
+        online_capacity: capacity of a new :class:`~mixreplay.LazyTensorStorage`.
+        offline_fraction: share of each batch drawn offline, in ``(0, 1)``.
+        batch_size: default batch size; required with a dataset ID (and forwarded).
+        transform: applied to each batch, last.
+        generator: a ``torch.Generator`` or int seed; every draw (offline rows
+            included, unless the offline side is foreign) comes from it.
+        online_sampler: sampler of the online ring (uniform by default).
+        source_key: when set, each batch carries an int64 ``[B]`` label under this
+            key: 0 for offline rows, 1 for online rows.
+        **dataset_kwargs: forwarded to the dataset loader with a dataset ID.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from mixreplay import LazyTensorStorage, OfflineToOnlineReplayBuffer, ReplayBuffer
+        >>> offline = ReplayBuffer(storage=LazyTensorStorage(1000))
+        >>> _ = offline.extend(TensorDict({"observation": torch.randn(1000, 4)}, [1000]))
+        >>> rb = OfflineToOnlineReplayBuffer(offline, online_capacity=500, offline_fraction=0.25,
+        ...                                  batch_size=32, generator=0, source_key="source")
+        >>> _ = rb.extend(TensorDict({"observation": torch.randn(10, 4)}, [10]))
+        >>> rb.sample()["source"].bincount().tolist()
+        [8, 24]
+    """
+
+    def __init__(
+        self,
+        offline_dataset,
+        *,
+        online_storage=None,
+        online_capacity: int | None = None,
+        offline_fraction: float = 0.5,
+        batch_size: int | None = None,
+        transform: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        generator: torch.Generator | int | None = None,
+        online_sampler: Sampler | None = None,
+        source_key: NestedKey | None = None,
+        **dataset_kwargs,
+    ):
+        if online_storage is not None and online_capacity is not None:
+            raise ValueError(
+                "pass online_storage or online_capacity, not both "
+                f"(got online_storage={type(online_storage).__name__}, online_capacity={online_capacity!r})"
+            )
+        if online_storage is None and online_capacity is None:
+            raise ValueError(
+                "the online buffer needs a size: pass online_capacity=N (rows) or online_storage=..."
+            )
+        if online_capacity is not None:
+            online_storage = LazyTensorStorage(_check_capacity(online_capacity))
+        self._schedule = None
+        self._base_offline_fraction = self._set_initial_fraction(offline_fraction)
+        if isinstance(offline_dataset, str):
+            from mixreplay.datasets import load_dataset
+
+            if "batch_size" not in dataset_kwargs:
+                if batch_size is None:
+                    raise ValueError(
+                        f"batch_size is required when offline_dataset is an ID ({offline_dataset!r}): "
+                        "it is forwarded to the dataset; pass batch_size=..."
+                    )
+                dataset_kwargs["batch_size"] = batch_size
+            offline_dataset = load_dataset(offline_dataset, **dataset_kwargs)
+        elif dataset_kwargs:
+            raise TypeError(
+                f"unexpected keyword arguments {sorted(dataset_kwargs)}: dataset options are only "
+                "forwarded when offline_dataset is an ID string; pass them to your dataset instead"
+            )
+        self._init_common(batch_size, generator, transform, source_key)
+        offline = _as_source(offline_dataset, "offline")
+        if len(offline) == 0:
+            raise ValueError(
+                f"the offline dataset ({type(offline_dataset).__name__}) holds no rows; fill it "
+                "before mixing, or use a plain ReplayBuffer for online-only training"
+            )
+        self._offline_dataset = offline_dataset
+        self._online_buffer = ReplayBuffer(
+            storage=online_storage, sampler=online_sampler, generator=self._generator
+        )
+        self._names = ("offline", "online")
+        self._sources = [offline, self._online_buffer]
+
+    def _set_initial_fraction(self, offline_fraction) -> float:
+        if callable(offline_fraction):
+            from mixreplay.schedules import as_schedule
+
+            self._schedule = as_schedule(offline_fraction)
+            self._step = 0
+            value = self._evaluate_schedule(0)
+            self._offline_fraction = value
+            return value
+        value = _check_fraction_value(offline_fraction, "offline_fraction", open_interval=True)
+        self._offline_fraction = value
+        return value
+
+    def _evaluate_schedule(self, step: int) -> float:
+        sizes = {"offline": len(self._sources[0]), "online": len(self._sources[1])} if hasattr(self, "_sources") else None
+        value = self._schedule(step, sizes=sizes) if getattr(self._schedule, "needs_sizes", False) else self._schedule(step)
+        return _check_fraction_value(value, f"offline_fraction from {self._schedule!r} at step {step}", open_interval=False)
+
+    def _fractions(self) -> list[float]:
+        f = self._offline_fraction
+        if self._schedule is not None and getattr(self._schedule, "needs_sizes", False):
+            f = self._offline_fraction = self._evaluate_schedule(self._step)
+        return [f, 1.0 - f]
+
+    # -- reference API ---------------------------------------------------------------------
+
+    def extend(self, data: TensorDictBase) -> torch.Tensor:
+        """Write online rows (batch ``[n]``); return the online slots written."""
+        online = self._online_buffer
+        if online.storage.schema is None and isinstance(data, TensorDictBase) and data.batch_dims >= 1:
+            self._check_schemas(Schema.from_tensordict(data, batch_dims=data.batch_dims), target=1)
+        index = online.extend(data)
+        if not self._fused:
+            self._refresh_layout()
+        return index
+
+    def add(self, row: TensorDictBase) -> int:
+        """Write one online row (batch ``[]``); return its slot."""
+        if not isinstance(row, TensorDictBase):
+            raise TypeError(f"add expects a TensorDict row, got {type(row).__name__}")
+        if row.batch_dims != 0:
+            raise ValueError(
+                f"add expects one row (batch_size=[]), got batch_size={list(row.batch_size)}; "
+                "use extend() for several rows"
+            )
+        return int(self.extend(row.unsqueeze(0))[0])
+
+    def anneal(self, step: int, total_steps: int) -> None:
+        """Decay the offline fraction linearly to 0: ``base * max(0, 1 - step / total_steps)``."""
+        for name, v in (("step", step), ("total_steps", total_steps)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"{name} must be an int, got {type(v).__name__} {v!r}")
+        if total_steps <= 0:
+            raise ValueError(f"total_steps must be > 0 (the step where the fraction reaches 0), got {total_steps}")
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        self._offline_fraction = self._base_offline_fraction * max(0.0, 1.0 - step / total_steps)
+
+    def set_step(self, step: int) -> None:
+        """Move the offline-fraction schedule to ``step`` (no-op for a fixed float)."""
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise TypeError(f"step must be an int, got {type(step).__name__} {step!r}")
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        self._step = step
+        if self._schedule is not None:
+            self._offline_fraction = self._evaluate_schedule(step)
+
+    @property
+    def offline_fraction(self) -> float:
+        """The offline share used by the next :meth:`sample`."""
+        if self._schedule is not None and getattr(self._schedule, "needs_sizes", False):
+            self._offline_fraction = self._evaluate_schedule(self._step)
+        return self._offline_fraction
+
+    @property
+    def offline_buffer(self):
+        """The offline dataset, as given (never written to)."""
+        return self._offline_dataset
+
+    @property
+    def online_buffer(self) -> ReplayBuffer:
+        """The online :class:`~mixreplay.ReplayBuffer` that :meth:`extend` writes to."""
+        return self._online_buffer
+
+    @property
+    def schedule(self):
+        """The offline-fraction schedule, or ``None`` for a fixed (or annealed) float."""
+        return self._schedule
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(offline={type(self._offline_dataset).__name__}, "
+            f"offline_fraction={self.offline_fraction:.3f}, "
+            f"online_size={len(self._online_buffer)}, batch_size={self._batch_size})"
+        )
+
+
+def _check_capacity(capacity) -> int:
+    if isinstance(capacity, bool) or not isinstance(capacity, int):
+        raise TypeError(f"online_capacity must be an int, got {type(capacity).__name__} {capacity!r}")
+    if capacity <= 0:
+        raise ValueError(f"online_capacity must be a positive number of rows, got {capacity}")
+    return capacity
+
+
+class MixtureReplayBuffer(_MixingBuffer):
+    """Any number of named sources, each with its share of every batch.
+
+    Counts per batch follow :func:`~mixreplay.split.split_counts` (largest
+    remainder, exact, summing to ``B``). Sources with no rows are skipped and
+    their share goes to the others in proportion to their fractions.
+
+    Args:
+        sources: name -> a mixreplay buffer or dataset, a TorchRL buffer or dataset,
+            or any object with ``sample(n)`` and ``len()``. Order matters: it is the
+            order of rows in a batch and of the source labels.
+        fractions: name -> a weight (normalized over the sources) or a schedule.
+
+    Keyword Args:
+        batch_size: default batch size.
+        generator: a ``torch.Generator`` or int seed for every draw.
+        samplers: name -> sampler, for sources given as storages (see below).
+        transform: applied to each batch, last.
+        source_key: when set, each batch carries the int64 source index of every row.
+
+    A source given as a storage (``LazyTensorStorage(...)``) becomes a
+    :class:`~mixreplay.ReplayBuffer` with ``samplers.get(name)``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from mixreplay import LazyTensorStorage, MixtureReplayBuffer
+        >>> mix = MixtureReplayBuffer(
+        ...     {"a": LazyTensorStorage(100), "b": LazyTensorStorage(100), "c": LazyTensorStorage(100)},
+        ...     {"a": 0.5, "b": 0.3, "c": 0.2}, batch_size=10, generator=0, source_key="src")
+        >>> for i, name in enumerate("abc"):
+        ...     _ = mix.extend(TensorDict({"x": torch.full((5,), i)}, [5]), source=name)
+        >>> mix.sample()["src"].tolist()
+        [0, 0, 0, 0, 0, 1, 1, 1, 2, 2]
+    """
+
+    def __init__(
+        self,
+        sources: Mapping[str, object],
+        fractions: Mapping[str, object],
+        *,
+        batch_size: int | None = None,
+        generator: torch.Generator | int | None = None,
+        samplers: Mapping[str, Sampler] | None = None,
+        transform: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        source_key: NestedKey | None = None,
+    ):
+        if not isinstance(sources, Mapping) or not sources:
+            raise TypeError(
+                f"sources must be a non-empty mapping name -> buffer, got {type(sources).__name__}"
+            )
+        if not isinstance(fractions, Mapping):
+            raise TypeError(f"fractions must be a mapping name -> fraction, got {type(fractions).__name__}")
+        if set(fractions) != set(sources):
+            raise ValueError(
+                f"fractions must name exactly the sources: sources {sorted(sources)}, "
+                f"fractions {sorted(fractions)}"
+            )
+        samplers = dict(samplers or {})
+        unknown = set(samplers) - set(sources)
+        if unknown:
+            raise ValueError(f"samplers name unknown sources {sorted(unknown)}; sources are {sorted(sources)}")
+        self._init_common(batch_size, generator, transform, source_key)
+        self._names = tuple(sources)
+        self._sources = []
+        for name, obj in sources.items():
+            if is_native_storage(obj) or _looks_like_storage(obj):
+                obj = ReplayBuffer(storage=obj, sampler=samplers.pop(name, None), generator=self._generator)
+            elif name in samplers:
+                raise ValueError(
+                    f"samplers[{name!r}] applies to a source given as a storage; source {name!r} is a "
+                    f"{type(obj).__name__}, which keeps its own sampler"
+                )
+            self._sources.append(_as_source(obj, name))
+        self._schedules = {}
+        self._fixed = {}
+        for name in self._names:
+            f = fractions[name]
+            if isinstance(f, (int, float)) and not isinstance(f, bool):
+                f = float(f)
+                if not math.isfinite(f) or f < 0:
+                    raise ValueError(f"fractions[{name!r}] must be finite and >= 0, got {f!r}")
+                self._fixed[name] = f
+            else:
+                from mixreplay.schedules import as_schedule
+
+                self._schedules[name] = as_schedule(f)
+        if not self._schedules and sum(self._fixed.values()) == 0:
+            raise ValueError(f"fractions sum to 0 ({dict(fractions)}); give at least one source a share")
+        self._step = 0
+        self._current = self._evaluate(0)
+
+    def _evaluate(self, step: int) -> list[float]:
+        sizes = {n: len(s) for n, s in zip(self._names, self._sources)}
+        out = []
+        for name in self._names:
+            if name in self._fixed:
+                out.append(self._fixed[name])
+            else:
+                sch = self._schedules[name]
+                v = sch(step, sizes=sizes) if getattr(sch, "needs_sizes", False) else sch(step)
+                out.append(_check_fraction_value(v, f"fractions[{name!r}] at step {step}", open_interval=False))
+        return out
+
+    def _fractions(self) -> list[float]:
+        if any(getattr(s, "needs_sizes", False) for s in self._schedules.values()):
+            self._current = self._evaluate(self._step)
+        return self._current
+
+    @property
+    def fractions(self) -> dict[str, float]:
+        """The current weight of each source (not yet normalized)."""
+        return dict(zip(self._names, self._fractions()))
+
+    def set_step(self, step: int) -> None:
+        """Move every schedule to ``step``."""
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise TypeError(f"step must be an int, got {type(step).__name__} {step!r}")
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        self._step = step
+        self._current = self._evaluate(step)
+
+    def source(self, name: str):
+        """The buffer behind source ``name``."""
+        return self._sources[self._index(name)]
+
+    def _index(self, name: str) -> int:
+        try:
+            return self._names.index(name)
+        except ValueError:
+            raise KeyError(f"no source named {name!r}; sources are {list(self._names)}") from None
+
+    def extend(self, data: TensorDictBase, *, source: str) -> torch.Tensor:
+        """Write rows to source ``source``; return the slots written."""
+        i = self._index(source)
+        buf = self._sources[i]
+        if not isinstance(buf, ReplayBuffer):
+            raise TypeError(
+                f"source {source!r} is a {buf!r} that mixreplay samples but does not write to; "
+                "extend it directly"
+            )
+        if buf.storage.schema is None and isinstance(data, TensorDictBase) and data.batch_dims >= 1:
+            self._check_schemas(Schema.from_tensordict(data, batch_dims=data.batch_dims), target=i)
+        index = buf.extend(data)
+        if not self._fused:
+            self._refresh_layout()
+        return index
+
+    def __repr__(self) -> str:
+        parts = ", ".join(
+            f"{n}: {len(s)} rows @ {f:.3f}" for n, s, f in zip(self._names, self._sources, self._fractions())
+        )
+        return f"{type(self).__name__}({parts}, batch_size={self._batch_size})"
+
+
+def _looks_like_storage(obj) -> bool:
+    return all(hasattr(obj, a) for a in ("set", "get", "max_size")) and not hasattr(obj, "sample")

@@ -1,0 +1,99 @@
+"""Samplers: which rows of one source a batch draws.
+
+A sampler is a small strategy object attached to one source. It draws row
+indices with the generator it is handed (never the global RNG), so the buffer
+that owns the generator owns the randomness and can save it::
+
+    Sampler               the protocol
+    ├── RandomSampler     uniform, with replacement (the default)
+    ├── PrioritizedSampler  proportional to priority, with importance weights
+    └── SliceSampler      runs of consecutive steps inside one episode
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mixreplay.errors import EmptyBufferError
+
+__all__ = ["PrioritizedSampler", "RandomSampler", "Sampler", "SliceSampler"]
+
+
+class Sampler:
+    """How a source picks the rows of a batch.
+
+    Subclasses implement :meth:`sample`; the other hooks have no-op defaults.
+    """
+
+    #: rows per sampling unit: a batch of ``B`` rows holds ``B // unit`` units.
+    unit: int = 1
+
+    def sample(self, storage, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Return ``n`` int64 row indices in ``[0, len(storage))``."""
+        raise NotImplementedError
+
+    def on_extend(self, index: torch.Tensor, storage) -> None:
+        """Called after rows were written at ``index`` (slots of the ring)."""
+
+    def weight(self, index: torch.Tensor, storage) -> torch.Tensor | None:
+        """Importance weights of sampled rows, or ``None`` when sampling is uniform."""
+        return None
+
+    def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:
+        raise TypeError(
+            f"{type(self).__name__} does not use priorities; attach a PrioritizedSampler "
+            "to the source whose priorities you update"
+        )
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        return None
+
+    def config(self) -> dict:
+        """Constructor arguments, JSON-able (saved in checkpoints)."""
+        return {}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
+        return f"{type(self).__name__}({args})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.config() == other.config()
+
+    __hash__ = object.__hash__
+
+
+class RandomSampler(Sampler):
+    """Uniform sampling with replacement over the filled rows.
+
+    Examples:
+        >>> import torch
+        >>> from mixreplay import LazyTensorStorage, RandomSampler, ReplayBuffer
+        >>> from tensordict import TensorDict
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=RandomSampler(),
+        ...                   generator=torch.Generator().manual_seed(0))
+        >>> _ = rb.extend(TensorDict({"x": torch.arange(10)}, [10]))
+        >>> rb.sample(4)["x"].shape
+        torch.Size([4])
+    """
+
+    def sample(self, storage, n: int, generator: torch.Generator) -> torch.Tensor:
+        size = len(storage)
+        if size == 0:
+            raise EmptyBufferError("cannot sample: the source holds no rows; extend it first")
+        return torch.randint(size, (n,), generator=generator, device=generator.device)
+
+
+def __getattr__(name: str):
+    # The prioritized and slice samplers live in their own modules; import them on use.
+    if name == "PrioritizedSampler":
+        from mixreplay.samplers.prioritized import PrioritizedSampler
+
+        return PrioritizedSampler
+    if name == "SliceSampler":
+        from mixreplay.samplers.slice import SliceSampler
+
+        return SliceSampler
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -178,7 +178,9 @@ class ReplayBuffer:
         n = self._resolve_batch_size(batch_size)
         storage = self._storage
         with storage.lock:
-            index = self.draw(n, self._generator)
+            if len(storage) == 0:
+                raise EmptyBufferError("cannot sample from an empty buffer: extend it with rows first")
+            index = self._sampler.sample(storage, n, self._generator)
             batch = storage.gather_unlocked(index)
         if self._transform is not None:
             batch = self._transform(batch)

@@ -82,6 +82,7 @@ class _MixingBuffer:
         self._source_key = None if source_key is None else normalize_key(source_key)
         self._layout: RowLayout | None = None  # output layout once every source fits it
         self._fused = False  # every source is native and shares the output layout
+        self._unit_size: int | None = None  # rows per sampling unit, once known
 
     # -- subclass hooks --------------------------------------------------------------------
 
@@ -147,7 +148,9 @@ class _MixingBuffer:
                 f"cannot sample: every source is empty ({', '.join(self._names)}); "
                 "extend the buffer with rows first"
             )
-        unit = self._unit()
+        unit = self._unit_size
+        if unit is None:
+            unit = self._unit_size = self._unit()
         if batch_size % unit:
             raise ValueError(
                 f"batch_size {batch_size} is not a multiple of slice_len {unit}: slices are "
@@ -182,20 +185,17 @@ class _MixingBuffer:
             self._refresh_layout()
         indices: list[torch.Tensor | None] = [None] * len(counts)
         if self._fused:
-            layout = self._layout
-            device = self._sources[-1].storage.device
-            out = torch.empty(B, layout.row_words, dtype=torch.int64, device=device)
-            pos = 0
+            chunks = []
             for i, k in enumerate(counts):
                 if k:
                     src = self._sources[i]
-                    storage = src.storage
+                    storage = src._storage
                     with storage.lock:
-                        idx = src.draw(k, gen)
-                        storage.gather_into(idx, out[pos : pos + k])
+                        idx = src._sampler.sample(storage, k, gen)
+                        chunks.append(storage.take(idx))
                     indices[i] = idx
-                    pos += k
-            batch = layout.unpack(out, device)
+            out = chunks[0] if len(chunks) == 1 else torch.cat(chunks)
+            batch = self._layout.unpack(out, out.device)
         else:
             batch = self._sample_generic(B, counts, indices)
         if self._source_key is not None or return_info:
@@ -244,7 +244,7 @@ class _MixingBuffer:
                 raise SchemaMismatchError(f"{err}\nFix: {_SCHEMA_FIX}") from None
             if any(v.device != device for v in leaves):
                 leaves = [v.to(device) for v in leaves]
-            layout.write(leaves, out[pos : pos + n], slice(None))
+            layout.write(leaves, layout.group_views(out[pos : pos + n]))
             pos += n
         return layout.unpack(out, device)
 

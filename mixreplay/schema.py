@@ -65,7 +65,15 @@ def _dtype_from_name(name: str) -> torch.dtype:
 
 @dataclass(frozen=True)
 class Field:
-    """One leaf of a row: its nested key, its per-row shape and its dtype."""
+    """One leaf of a row: its nested key, its per-row shape and its dtype.
+
+    Examples:
+        >>> import torch
+        >>> from mixreplay import Field
+        >>> f = Field(("next", "reward"), torch.Size([1]), torch.float32)
+        >>> f.nbytes, f.describe()
+        (4, 'float32[1]')
+    """
 
     key: tuple[str, ...]
     shape: torch.Size
@@ -272,6 +280,9 @@ class RowLayout:
             (i, f.shape) for i, f in enumerate(self.fields) if len(f.shape) != 1
         )
         self._tree = self._make_tree()
+        self._unpack = self._compile_unpack()
+        # Leaves already [n, k] are written as they are; others are flattened first.
+        self._flat = tuple(len(f.shape) == 1 for f in self.fields)
 
     def _make_groups(self) -> tuple[_Group, ...]:
         groups = []
@@ -342,9 +353,41 @@ class RowLayout:
 
     def unpack(self, words: torch.Tensor, device: torch.device | None = None) -> TensorDict:
         """Wrap packed rows ``[n, W]`` as a TensorDict of typed views (no copy)."""
-        leaves = self.split(words)
-        batch_size = words.shape[:-1]
-        return _build(self._tree, leaves, batch_size, device)
+        return self._unpack(words, device)
+
+    def _compile_unpack(self):
+        """Straight-line code for :meth:`unpack`, generated once per layout.
+
+        Sampling calls ``unpack`` once per batch; with one op per dtype group and
+        no Python loop over keys, building the batch costs a few microseconds.
+        """
+        env = {"NEW": _new_td}
+        lines = ["def unpack(words, device):", "    bs = words.shape[:-1]"]
+        where = {}
+        for gi, g in enumerate(self.groups):
+            env[f"D{gi}"] = g.dtype
+            lines.append(f"    p{gi} = words.view(D{gi}).split_with_sizes({g.sizes!r}, -1)")
+            for fi, pi in zip(g.fields, g.parts):
+                where[fi] = f"p{gi}[{pi}]"
+        for fi, f in enumerate(self.fields):
+            if len(f.shape) == 0:
+                where[fi] += ".squeeze(-1)"
+            elif len(f.shape) > 1:
+                where[fi] += f".unflatten(-1, {tuple(f.shape)!r})"
+        counter = iter(range(1 << 30))
+
+        def emit(tree: dict) -> str:
+            items = []
+            for name, item in tree.items():
+                value = where[item] if isinstance(item, int) else emit(item)
+                items.append(f"{name!r}: {value}")
+            var = f"t{next(counter)}"
+            lines.append(f"    {var} = NEW({{{', '.join(items)}}}, bs, device)")
+            return var
+
+        lines.append(f"    return {emit(self._tree)}")
+        exec("\n".join(lines), env)  # noqa: S102 - code built from validated key strings
+        return env["unpack"]
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -394,27 +437,36 @@ class RowLayout:
             "drop them with td.exclude(...) before writing"
         )
 
-    def write(self, leaves: Sequence[torch.Tensor], dest: torch.Tensor, rows: slice) -> None:
-        """Copy ``leaves[i][rows]`` into packed rows ``dest`` (``[n, W]``, contiguous rows)."""
-        n = dest.shape[0]
-        full = rows == slice(None)
-        for g in self.groups:
-            typed = dest.view(g.dtype)[:, g.start : g.stop]
+    def group_views(self, words: torch.Tensor) -> list[torch.Tensor]:
+        """Per dtype group, the typed columns ``[n, cols]`` of packed rows ``words``."""
+        return [words.view(g.dtype)[:, g.start : g.stop] for g in self.groups]
+
+    def write(self, leaves: Sequence[torch.Tensor], views: Sequence[torch.Tensor], rows: slice | None = None) -> None:
+        """Copy ``leaves`` (or ``leaves[i][rows]``) into destination group views.
+
+        Args:
+            leaves: values in ``self.fields`` order, from :meth:`leaves_of`.
+            views: one typed ``[n, cols]`` destination per group (:meth:`group_views`
+                of the destination rows).
+            rows: which rows of the leaves to copy (all by default).
+        """
+        flat = self._flat
+        for g, dest in zip(self.groups, views):
             parts = []
             for fi in g.fields:
-                v = leaves[fi] if full else leaves[fi][rows]
-                parts.append(v.reshape(n, -1))
+                v = leaves[fi] if rows is None else leaves[fi][rows]
+                parts.append(v if flat[fi] else v.reshape(v.shape[0], -1))
             if len(parts) == 1:
-                typed.copy_(parts[0])
+                dest.copy_(parts[0])
             else:
-                torch.cat(parts, dim=1, out=typed)
+                torch.cat(parts, dim=1, out=dest)
 
     def pack(self, td: TensorDictBase) -> torch.Tensor:
         """Pack a ``[n]`` TensorDict into new rows ``[n, W]`` (padding zeroed)."""
         leaves = self.leaves_of(td)
         n = td.batch_size[0]
         dest = torch.zeros(n, self.row_words, dtype=torch.int64, device=leaves[0].device)
-        self.write(leaves, dest, slice(None))
+        self.write(leaves, self.group_views(dest))
         return dest
 
 

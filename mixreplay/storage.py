@@ -97,6 +97,13 @@ class _PackedRows:
             return torch.empty(0, 0, dtype=torch.int64, device=self.device)
         return self._rows[: len(self)]
 
+    def take(self, index: torch.Tensor) -> torch.Tensor:
+        """Packed rows ``index`` as a new ``[len(index), W]`` tensor (caller holds :attr:`lock`)."""
+        rows = self._rows
+        if index.device != rows.device:
+            index = index.to(rows.device)
+        return torch.index_select(rows, 0, index)
+
     def gather_into(self, index: torch.Tensor, out: torch.Tensor) -> None:
         """Copy rows ``index`` into the packed buffer ``out`` (``[len(index), W]``)."""
         if index.device != self._rows.device:
@@ -110,9 +117,7 @@ class _PackedRows:
         """Like :meth:`gather`, for a caller that already holds :attr:`lock`."""
         if self._layout is None:
             raise EmptyBufferError("cannot read rows from a storage that holds none")
-        out = torch.empty(index.shape[0], self._layout.row_words, dtype=torch.int64, device=self.device)
-        self.gather_into(index, out)
-        return self._layout.unpack(out, self.device)
+        return self._layout.unpack(self.take(index), self.device)
 
     def gather(self, index: torch.Tensor) -> TensorDict:
         """Rows ``index`` (an int64 tensor of valid slots) as a new ``[len(index)]`` TensorDict."""
@@ -141,7 +146,7 @@ class _PackedRows:
                 return self._layout.split(self.rows)[i]
         raise KeyError(
             f"key {format_key(k)} not found in storage with keys "
-            f"{[format_key(f.key) for f in self._layout.schema.fields]}"
+            f"[{', '.join(format_key(f.key) for f in self._layout.schema.fields)}]"
         )
 
     def to_tensordict(self) -> TensorDict:
@@ -164,6 +169,16 @@ class TensorStorage(_PackedRows):
 
     Keyword Args:
         device: where the rows live (CPU by default).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from mixreplay import TensorStorage
+        >>> ring = TensorStorage(3)
+        >>> ring.extend(TensorDict({"x": torch.arange(4)}, [4]))  # the 4th row overwrites slot 0
+        tensor([0, 1, 2, 0])
+        >>> ring[:]["x"]
+        tensor([3, 1, 2])
     """
 
     def __init__(self, max_size: int, *, device: torch.device | str | None = None):
@@ -197,6 +212,10 @@ class TensorStorage(_PackedRows):
     def nbytes(self) -> int:
         """Bytes held by the allocated rows (capacity × row bytes), 0 before the first write."""
         return 0 if self._rows is None else self.max_size * self.row_bytes
+
+    def _set_rows(self, rows: torch.Tensor, layout: RowLayout) -> None:
+        self._rows, self._layout = rows, layout
+        self._views = layout.group_views(rows)
 
     def _allocate(self, layout: RowLayout) -> torch.Tensor:
         return torch.zeros(self.max_size, layout.row_words, dtype=torch.int64, device=self.device)
@@ -237,20 +256,20 @@ class TensorStorage(_PackedRows):
             leaves = [v.to(self.device) for v in leaves]
         with self.lock:
             if self._rows is None:
-                self._rows = self._allocate(layout)
-                self._layout = layout
+                self._set_rows(self._allocate(layout), layout)
                 log.debug("allocated %d rows × %d bytes for %r", self.max_size, layout.row_bytes, layout.schema)
             cap, start = self.max_size, self._cursor
-            if n <= cap and start + n <= cap:
-                layout.write(leaves, self._rows[start : start + n], slice(None))
+            views = self._views
+            if start + n <= cap:
+                layout.write(leaves, [v[start : start + n] for v in views])
                 index = torch.arange(start, start + n, device=self.device)
             else:
                 index = torch.arange(start, start + n, device=self.device) % cap
-                skip = max(0, n - cap)
+                skip = max(0, n - cap)  # rows overwritten within this very call
                 pos, src = (start + skip) % cap, skip
                 while src < n:
                     m = min(n - src, cap - pos)
-                    layout.write(leaves, self._rows[pos : pos + m], slice(src, src + m))
+                    layout.write(leaves, [v[pos : pos + m] for v in views], slice(src, src + m))
                     src += m
                     pos = (pos + m) % cap
             self._cursor = (start + n) % cap
@@ -282,8 +301,7 @@ class TensorStorage(_PackedRows):
             raise ValueError(f"cannot restore {length} rows into a storage of {self.max_size}")
         with self.lock:
             if self._rows is None or self._layout != layout:
-                self._rows = self._allocate(layout)
-                self._layout = layout
+                self._set_rows(self._allocate(layout), layout)
             self._rows[:length].copy_(rows)
             self._cursor, self._len, self._write_count = cursor, length, write_count
 
@@ -359,6 +377,14 @@ class FrozenStorage(_PackedRows):
     Args:
         rows: packed words ``[n, W]`` (int64), in memory or memory-mapped.
         layout: the layout the words follow.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from mixreplay import FrozenStorage
+        >>> rows = FrozenStorage.from_tensordict(TensorDict({"x": torch.arange(3.0)}, [3]))
+        >>> len(rows), rows[1]["x"]
+        (3, tensor(1.))
     """
 
     def __init__(self, rows: torch.Tensor, layout: RowLayout):

@@ -23,6 +23,18 @@ class Sampler:
     """How a source picks the rows of a batch.
 
     Subclasses implement :meth:`sample`; the other hooks have no-op defaults.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from mixreplay import LazyTensorStorage, ReplayBuffer, Sampler
+        >>> class Newest(Sampler):
+        ...     def sample(self, storage, n, generator):
+        ...         return torch.full((n,), (storage.cursor - 1) % storage.max_size)
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(8), sampler=Newest())
+        >>> _ = rb.extend(TensorDict({"x": torch.arange(5)}, [5]))
+        >>> rb.sample(2)["x"]
+        tensor([4, 4])
     """
 
     #: rows per sampling unit: a batch of ``B`` rows holds ``B // unit`` units.

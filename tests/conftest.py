@@ -1,0 +1,47 @@
+"""Shared fixtures: every data root goes to a temp dir; TED rows tagged by source."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+
+@pytest.fixture(autouse=True)
+def _isolated_roots(tmp_path_factory, monkeypatch):
+    """Nothing a test does lands in the home directory."""
+    root = tmp_path_factory.mktemp("roots")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root / "minari"))
+    monkeypatch.setenv("MIXREPLAY_DATA_DIR", str(root / "mixreplay"))
+    monkeypatch.setenv("D4RL_DATASET_DIR", str(root / "d4rl"))
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.chdir(root)  # MuJoCo writes MUJOCO_LOG.TXT into the working directory
+
+
+def ted_rows(n: int, tag: float = 0.0, *, obs_dim: int = 3, act_dim: int = 2, seed: int = 0) -> TensorDict:
+    """``n`` transitions in TorchRL's TED layout; every float leaf of row ``i`` encodes ``tag`` and ``i``."""
+    g = torch.Generator().manual_seed(seed)
+    i = torch.arange(n, dtype=torch.float32).unsqueeze(-1)
+    flags = torch.rand(n, 1, generator=g) < 0.1
+    return TensorDict(
+        {
+            "observation": tag + 0 * torch.ones(n, obs_dim) + i / 1e6,
+            "action": torch.full((n, act_dim), tag),
+            "done": torch.zeros(n, 1, dtype=torch.bool),
+            "terminated": torch.zeros(n, 1, dtype=torch.bool),
+            "truncated": torch.zeros(n, 1, dtype=torch.bool),
+            "next": {
+                "observation": tag + torch.ones(n, obs_dim) + i / 1e6,
+                "reward": i.clone(),
+                "done": flags,
+                "terminated": flags.clone(),
+                "truncated": torch.zeros(n, 1, dtype=torch.bool),
+            },
+        },
+        batch_size=[n],
+    )
+
+
+@pytest.fixture
+def make_rows():
+    return ted_rows

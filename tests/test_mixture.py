@@ -1,0 +1,134 @@
+"""MixtureReplayBuffer: N named sources, exact counts, schedules, labels."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mixreplay import (
+    EmptyBufferError,
+    LazyTensorStorage,
+    MixtureReplayBuffer,
+    OfflineDataset,
+    OfflineToOnlineReplayBuffer,
+    ReplayBuffer,
+    SchemaMismatchError,
+    split_counts,
+)
+from tests.conftest import ted_rows
+
+
+def three_way(fractions=None, rows=(30, 30, 30), **kw):
+    fractions = fractions or {"a": 0.5, "b": 0.3, "c": 0.2}
+    mix = MixtureReplayBuffer(
+        {name: LazyTensorStorage(100) for name in fractions}, fractions, generator=0, source_key="src", **kw
+    )
+    for i, (name, n) in enumerate(zip(fractions, rows)):
+        if n:
+            mix.extend(ted_rows(n, tag=float(i)), source=name)
+    return mix
+
+
+@given(b=st.integers(1, 500), w=st.lists(st.floats(0.01, 5.0), min_size=3, max_size=3))
+@settings(max_examples=60, deadline=None)
+def test_counts_match_split_counts_and_rows_carry_their_source(b, w):
+    fr = dict(zip("abc", w))
+    mix = three_way(fr)
+    batch = mix.sample(b)
+    counts = torch.bincount(batch["src"], minlength=3).tolist()
+    assert counts == split_counts(b, w)
+    assert torch.equal(batch["action"][:, 0], batch["src"].float())  # source i was filled with the value i
+    assert (batch["src"].diff() >= 0).all()  # sources in order
+
+
+def test_two_source_mixture_agrees_with_offline_to_online():
+    off = OfflineDataset.from_tensordict(ted_rows(100, tag=0.0))
+    for f in [0.1, 0.25, 0.3, 0.5, 0.77]:
+        o2o = OfflineToOnlineReplayBuffer(off, online_capacity=50, offline_fraction=f, generator=0, source_key="s")
+        o2o.extend(ted_rows(20, tag=1.0))
+        mix = MixtureReplayBuffer({"offline": off, "online": LazyTensorStorage(50)}, {"offline": f, "online": 1 - f}, generator=0, source_key="s")
+        mix.extend(ted_rows(20, tag=1.0), source="online")
+        for b in [1, 5, 77, 256]:
+            assert torch.equal(o2o.sample(b)["s"], mix.sample(b)["s"])
+
+
+def test_empty_sources_are_skipped_and_share_redistributed():
+    mix = three_way(rows=(30, 0, 30))
+    counts = torch.bincount(mix.sample(70)["src"], minlength=3).tolist()
+    assert counts == [50, 0, 20]  # 0.5 : 0.2 over the live sources
+    assert len(mix) == 60
+
+
+def test_schedules_move_with_set_step():
+    from mixreplay.schedules import Linear
+
+    mix = three_way({"a": Linear(1.0, 0.0, 10), "b": 0.5, "c": 0.5})
+    assert torch.bincount(mix.sample(100)["src"], minlength=3).tolist() == [50, 25, 25]
+    mix.set_step(10)
+    assert mix.fractions == {"a": 0.0, "b": 0.5, "c": 0.5}
+    assert torch.bincount(mix.sample(100)["src"], minlength=3).tolist() == [0, 50, 50]
+
+
+def test_any_buffer_as_source_and_samplers_for_storages():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend(ted_rows(10, tag=0.0))
+    from mixreplay import RandomSampler
+
+    mix = MixtureReplayBuffer({"a": rb, "b": LazyTensorStorage(10)}, {"a": 1, "b": 1}, samplers={"b": RandomSampler()})
+    mix.extend(ted_rows(10, tag=1.0), source="b")
+    assert mix.source("a") is rb
+    assert mix.sample(4)["action"][:, 0].tolist() == [0.0, 0.0, 1.0, 1.0]
+
+
+def test_return_info():
+    mix = three_way()
+    batch, info = mix.sample(10, return_info=True)
+    assert info["source"].tolist() == [0] * 5 + [1] * 3 + [2] * 2
+    assert torch.equal(info["index"].float(), batch["next", "reward"].squeeze(-1))
+
+
+@pytest.mark.parametrize(
+    "sources, fractions, kw, err, match",
+    [
+        ({}, {}, {}, TypeError, "sources must be a non-empty mapping"),
+        ({"a": LazyTensorStorage(4)}, [0.5], {}, TypeError, "fractions must be a mapping"),
+        ({"a": LazyTensorStorage(4)}, {"b": 1.0}, {}, ValueError, r"fractions must name exactly the sources: sources \['a'\], fractions \['b'\]"),
+        ({"a": LazyTensorStorage(4)}, {"a": -1.0}, {}, ValueError, r"fractions\['a'\] must be finite and >= 0, got -1.0"),
+        ({"a": LazyTensorStorage(4)}, {"a": float("nan")}, {}, ValueError, "must be finite"),
+        ({"a": LazyTensorStorage(4), "b": LazyTensorStorage(4)}, {"a": 0, "b": 0}, {}, ValueError, "fractions sum to 0"),
+        ({"a": LazyTensorStorage(4)}, {"a": 1.0}, {"samplers": {"z": None}}, ValueError, r"samplers name unknown sources \['z'\]"),
+        ({"a": 3}, {"a": 1.0}, {}, TypeError, "source 'a' must be a mixreplay ReplayBuffer"),
+    ],
+)
+def test_construction_errors(sources, fractions, kw, err, match):
+    with pytest.raises(err, match=match):
+        MixtureReplayBuffer(sources, fractions, **kw)
+
+
+def test_extend_errors():
+    mix = three_way()
+    with pytest.raises(KeyError, match=r"no source named 'zzz'; sources are \['a', 'b', 'c'\]"):
+        mix.extend(ted_rows(2), source="zzz")
+    fresh = three_way(rows=(5, 0, 0))
+    with pytest.raises(SchemaMismatchError, match=r"a and b rows differ"):
+        fresh.extend(ted_rows(2).double(), source="b")
+
+
+def test_offline_dataset_source_cannot_be_extended():
+    off = OfflineDataset.from_tensordict(ted_rows(10))
+    mix = MixtureReplayBuffer({"off": off, "on": LazyTensorStorage(5)}, {"off": 1, "on": 1})
+    with pytest.raises(TypeError, match="read-only"):
+        mix.extend(ted_rows(2), source="off")
+
+
+def test_all_empty_raises():
+    mix = three_way(rows=(0, 0, 0))
+    with pytest.raises(EmptyBufferError, match=r"every source is empty \(a, b, c\)"):
+        mix.sample(4)
+
+
+def test_repr_and_reproducibility():
+    a, b = three_way(), three_way()
+    assert repr(a) == "MixtureReplayBuffer(a: 30 rows @ 0.500, b: 30 rows @ 0.300, c: 30 rows @ 0.200, batch_size=None)"
+    for _ in range(3):
+        assert torch.equal(a.sample(50)["observation"], b.sample(50)["observation"])

@@ -113,6 +113,8 @@ class _MixingBuffer:
             layouts.append(layout)
         known = [lay for lay in layouts if lay is not None]
         self._layout = known[-1] if known else None
+        devices = [getattr(getattr(s, "storage", None), "device", None) for s in self._sources]
+        self._device = next((d for d in reversed(devices) if d is not None), torch.device("cpu"))
         self._fused = (
             len(known) == len(layouts)
             and all(lay == known[0] for lay in known)
@@ -185,17 +187,20 @@ class _MixingBuffer:
             self._refresh_layout()
         indices: list[torch.Tensor | None] = [None] * len(counts)
         if self._fused:
-            chunks = []
+            # One gather per source, straight into the preallocated packed output.
+            layout = self._layout
+            out = torch.empty(B, layout.row_words, dtype=torch.int64, device=self._device)
+            pos = 0
             for i, k in enumerate(counts):
                 if k:
                     src = self._sources[i]
                     storage = src._storage
                     with storage.lock:
                         idx = src._sampler.sample(storage, k, gen)
-                        chunks.append(storage.take(idx))
+                        storage.gather_into(idx, out[pos : pos + k])
                     indices[i] = idx
-            out = chunks[0] if len(chunks) == 1 else torch.cat(chunks)
-            batch = self._layout.unpack(out, out.device)
+                    pos += k
+            batch = layout.unpack(out, self._device)
         else:
             batch = self._sample_generic(B, counts, indices)
         if self._source_key is not None or return_info:

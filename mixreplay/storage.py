@@ -105,13 +105,14 @@ class _PackedRows:
         return torch.index_select(rows, 0, index)
 
     def gather_into(self, index: torch.Tensor, out: torch.Tensor) -> None:
-        """Copy rows ``index`` into the packed buffer ``out`` (``[len(index), W]``)."""
-        if index.device != self._rows.device:
-            index = index.to(self._rows.device)
-        if out.device == self._rows.device:
-            torch.index_select(self._rows, 0, index, out=out)
+        """Copy rows ``index`` into the packed buffer ``out`` (``[len(index), W]``; caller holds :attr:`lock`)."""
+        rows = self._rows
+        if index.device != rows.device:
+            index = index.to(rows.device)
+        if out.device == rows.device:
+            torch.index_select(rows, 0, index, out=out)
         else:
-            out.copy_(torch.index_select(self._rows, 0, index))
+            out.copy_(torch.index_select(rows, 0, index))
 
     def gather_unlocked(self, index: torch.Tensor) -> TensorDict:
         """Like :meth:`gather`, for a caller that already holds :attr:`lock`."""

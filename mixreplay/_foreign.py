@@ -60,6 +60,9 @@ class ForeignSource:
     def __len__(self) -> int:
         return len(self.obj)
 
+    def available(self) -> int:
+        return len(self.obj)
+
     @property
     def schema(self) -> Schema:
         if self._schema is None:

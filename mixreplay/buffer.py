@@ -131,6 +131,10 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return len(self._storage)
 
+    def available(self) -> int:
+        """Units the sampler could draw now (rows, or slices for a slice sampler)."""
+        return self._sampler.available(self._storage)
+
     # -- writing ---------------------------------------------------------------------------
 
     def extend(self, data: TensorDictBase) -> torch.Tensor:

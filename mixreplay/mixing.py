@@ -143,12 +143,15 @@ class _MixingBuffer:
         return units.pop() if units else 1
 
     def _counts(self, batch_size: int) -> list[int]:
-        sizes = [len(s) for s in self._sources]
+        # A source with nothing to draw (no rows, or no complete slice yet) is skipped.
+        sizes = [s.available() for s in self._sources]
         live = [i for i, n in enumerate(sizes) if n > 0]
         if not live:
             raise EmptyBufferError(
                 f"cannot sample: every source is empty ({', '.join(self._names)}); "
                 "extend the buffer with rows first"
+                + ("" if all(len(s) == 0 for s in self._sources) else
+                   " (the rows present are too few for a whole slice)")
             )
         unit = self._unit_size
         if unit is None:

@@ -44,6 +44,10 @@ class Sampler:
         """Return ``n`` int64 row indices in ``[0, len(storage))``."""
         raise NotImplementedError
 
+    def available(self, storage) -> int:
+        """How many units could be drawn now; a mixing buffer skips a source with none."""
+        return len(storage)
+
     def on_extend(self, index: torch.Tensor, storage) -> None:
         """Called after rows were written at ``index`` (slots of the ring)."""
 

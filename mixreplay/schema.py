@@ -185,7 +185,12 @@ class Schema(Mapping[tuple[str, ...], Field]):
         names: tuple[str, str] = ("expected", "got"),
         ignore_one_sided: frozenset[tuple[str, ...]] = BOOKKEEPING_KEYS,
     ) -> list[str]:
-        """List, one line per key, how ``other`` differs from this schema."""
+        """List, one line per key, how ``other`` differs from this schema.
+
+        Keys in ``ignore_one_sided`` (sampler bookkeeping such as ``"index"``) that
+        this schema has and ``other`` lacks are not differences: they are dropped
+        when the two are mixed. Every key ``other`` adds is reported.
+        """
         a, b = names
         lines = []
         for key, f in self._fields.items():
@@ -199,15 +204,20 @@ class Schema(Mapping[tuple[str, ...], Field]):
                     what = "dtype and shape"
                 lines.append(f"{format_key(key)}: {a} {f.describe()}, {b} {g.describe()} ({what})")
         for key, g in other._fields.items():
-            if key not in self._fields and key not in ignore_one_sided:
+            if key not in self._fields:
                 lines.append(f"{format_key(key)}: in {b} ({g.describe()}), missing in {a}")
         return lines
 
     def check_compatible(
-        self, other: Schema, *, names: tuple[str, str] = ("expected", "got"), fix: str = ""
+        self,
+        other: Schema,
+        *,
+        names: tuple[str, str] = ("expected", "got"),
+        fix: str = "",
+        ignore_one_sided: frozenset[tuple[str, ...]] = BOOKKEEPING_KEYS,
     ) -> None:
         """Raise :class:`SchemaMismatchError` listing every key where ``other`` differs."""
-        lines = self.differences(other, names=names)
+        lines = self.differences(other, names=names, ignore_one_sided=ignore_one_sided)
         if lines:
             msg = f"{names[0]} and {names[1]} rows differ in {len(lines)} key(s):\n  "
             msg += "\n  ".join(lines)
@@ -397,44 +407,48 @@ class RowLayout:
         Raises:
             SchemaMismatchError: a key is missing or extra, or a dtype or shape differs.
         """
-        n_batch = td.batch_dims
         try:
-            root = td._tensordict  # fast path for plain TensorDicts
-        except AttributeError:
-            root = None
-        out = []
-        try:
-            for f in self.fields:
-                if root is not None:
-                    node = root
-                    for p in f.key[:-1]:
-                        node = node[p]._tensordict
-                    v = node[f.key[-1]]
-                else:
-                    v = td.get(f.key)
-                if v.dtype != f.dtype or v.shape[n_batch:] != f.shape:
-                    raise KeyError(f.key)
-                out.append(v)
-        except (KeyError, AttributeError, TypeError):
-            self._raise_mismatch(td)
-        if root is not None and _count_leaves(root) != len(self.fields):
-            self._raise_mismatch(td)
+            out = self._leaves_fast(td)
+        except AttributeError:  # not a plain TensorDict all the way down
+            out = None
+        if out is None:
+            out = self._leaves_generic(td)
         return out
+
+    def _leaves_fast(self, td: TensorDictBase) -> list[torch.Tensor]:
+        root = td._tensordict
+        n_batch = td.batch_dims
+        out = []
+        for f in self.fields:
+            node = root
+            for p in f.key[:-1]:
+                node = node[p]._tensordict if p in node else {}
+            v = node.get(f.key[-1])
+            if v is None or v.dtype != f.dtype or v.shape[n_batch:] != f.shape:
+                self._raise_mismatch(td)
+            out.append(v)
+        if _count_leaves(root) != len(self.fields):
+            return None  # extra keys, or nodes we cannot count cheaply: check generically
+        return out
+
+    def _leaves_generic(self, td: TensorDictBase) -> list[torch.Tensor]:
+        got = Schema.from_tensordict(td, batch_dims=td.batch_dims)
+        if got != self.schema:
+            self._raise_mismatch(td)
+        return [td.get(f.key) for f in self.fields]
 
     def _raise_mismatch(self, td: TensorDictBase) -> None:
         got = Schema.from_tensordict(td, batch_dims=td.batch_dims)
         self.schema.check_compatible(
             got,
+            ignore_one_sided=frozenset(),
             names=("stored", "written"),
             fix="write rows with the same keys, dtypes and per-row shapes as the first write "
             "(cast with td.float() or select keys with td.select(...)), "
             "or use a new storage for the new layout",
         )
-        # Only bookkeeping keys differ: the strict layout still cannot store them.
-        extra = [format_key(k) for k in got if k not in self.schema]
-        raise SchemaMismatchError(
-            f"written rows carry keys the storage does not hold: {', '.join(extra)}; "
-            "drop them with td.exclude(...) before writing"
+        raise SchemaMismatchError(  # pragma: no cover - the check above always finds the key
+            "written rows do not match the stored layout"
         )
 
     def group_views(self, words: torch.Tensor) -> list[torch.Tensor]:

@@ -377,3 +377,48 @@ def test_lead_buffer_contract_needs_sizes_keyword(t):
         sizes = {"offline": 10, "online": 30}
         v = s(t, sizes=sizes) if s.needs_sizes else s(t)
         assert 0.0 <= v <= 1.0
+
+
+# -- through the buffers -----------------------------------------------------------------------
+
+
+def _rows(n: int, value: float):
+    from tensordict import TensorDict
+
+    return TensorDict({"x": torch.full((n,), value)}, [n])
+
+
+def test_schedules_drive_the_offline_fraction():
+    from mixreplay import LazyTensorStorage, OfflineToOnlineReplayBuffer, ReplayBuffer
+
+    offline = ReplayBuffer(storage=LazyTensorStorage(100))
+    offline.extend(_rows(100, 0.0))
+    rb = OfflineToOnlineReplayBuffer(offline, online_capacity=100, offline_fraction=Linear(0.5, 0.1, 100),
+                                     batch_size=10, generator=0, source_key="source")
+    rb.extend(_rows(10, 1.0))
+    assert rb.sample()["source"].tolist().count(0) == 5
+    rb.set_step(100)
+    assert rb.offline_fraction == 0.1
+    assert rb.sample()["source"].tolist().count(0) == 1
+
+
+def test_proportional_in_a_mixture():
+    from mixreplay import LazyTensorStorage, MixtureReplayBuffer
+
+    mix = MixtureReplayBuffer({"a": LazyTensorStorage(10), "b": LazyTensorStorage(10)},
+                              {"a": Proportional("a"), "b": Proportional("b")}, batch_size=8, generator=0)
+    mix.extend(_rows(6, 0.0), source="a")
+    mix.extend(_rows(2, 1.0), source="b")
+    assert mix.fractions == {"a": 0.75, "b": 0.25}
+
+
+def test_proportional_in_the_two_source_buffer():
+    from mixreplay import LazyTensorStorage, OfflineToOnlineReplayBuffer, ReplayBuffer
+
+    offline = ReplayBuffer(storage=LazyTensorStorage(300))
+    offline.extend(_rows(300, 0.0))
+    rb = OfflineToOnlineReplayBuffer(offline, online_capacity=1000, offline_fraction=Proportional(),
+                                     batch_size=8, generator=0)
+    assert rb.offline_fraction == 1.0
+    rb.extend(_rows(100, 1.0))
+    assert rb.offline_fraction == 0.75

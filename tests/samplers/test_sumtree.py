@@ -1,0 +1,162 @@
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mixreplay.samplers.sumtree import SumTree
+
+devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@st.composite
+def updates(draw):
+    capacity = draw(st.integers(1, 70))
+    batches = draw(
+        st.lists(
+            st.lists(st.tuples(st.integers(0, capacity - 1), st.floats(0.0, 1e3, allow_nan=False)), max_size=40),
+            min_size=1,
+            max_size=5,
+        )
+    )
+    return capacity, batches
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=updates())
+def test_updates_match_a_sequential_loop(case):
+    """Duplicates inside one batch: the last write wins, as in a Python loop."""
+    capacity, batches = case
+    tree = SumTree(capacity)
+    expected = np.zeros(capacity)
+    for batch in batches:
+        for i, v in batch:
+            expected[i] = v
+        if batch:
+            index, values = zip(*batch, strict=True)
+            tree.update(torch.tensor(index), torch.tensor(values, dtype=torch.float64))
+    np.testing.assert_array_equal(tree.leaves.numpy(), expected)
+    assert tree.total() == pytest.approx(expected.sum(), rel=1e-12, abs=1e-12)
+    assert tree.max() == expected.max()
+    # every internal node is the sum of its children
+    levels = tree.nodes()
+    for parent, children in itertools.pairwise(levels):
+        sums = children.view(-1, 32).sum(1)  # each level is padded to whole rows of 32 children
+        np.testing.assert_allclose(parent[: sums.numel()].numpy(), sums.numpy(), rtol=1e-12)
+        assert (parent[sums.numel() :] == 0).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(st.floats(0.0, 100.0, allow_nan=False), min_size=1, max_size=64),
+    fractions=st.lists(st.floats(0.0, 1.0, allow_nan=False, exclude_max=True), min_size=1, max_size=30),
+)
+def test_find_agrees_with_searchsorted(values, fractions):
+    tree = SumTree(len(values))
+    tree.update(torch.arange(len(values)), torch.tensor(values, dtype=torch.float64))
+    v = np.asarray(values)
+    if v.sum() == 0:
+        return
+    prefix = np.asarray(fractions) * tree.total()
+    found = tree.find(torch.tensor(prefix)).numpy()
+    assert (v[found] > 0).all()
+    expected = np.searchsorted(np.cumsum(v), prefix, side="right")
+    # floating sums may put a prefix that sits on a boundary one slot either way; else equal
+    cum = np.cumsum(v)
+    on_boundary = np.isclose(prefix[:, None], cum[None, :], rtol=1e-9, atol=1e-12).any(1)
+    assert (found == expected)[~on_boundary].all()
+
+
+def test_find_never_returns_an_empty_slot():
+    tree = SumTree(10)
+    tree.update(torch.tensor([2, 5, 7]), torch.tensor([1.0, 0.0, 3.0]))
+    total = tree.total()
+    probes = torch.tensor([-5.0, 0.0, 0.999, 1.0, 3.999, total, total + 1, 1e30])
+    assert tree.find(probes).tolist() == [2, 2, 2, 7, 7, 7, 7, 7]
+
+
+def test_find_keeps_the_shape():
+    tree = SumTree(3)
+    tree.update(torch.arange(3), torch.ones(3))
+    assert tree.find(torch.tensor([[0.5, 1.5], [2.5, 0.1]])).tolist() == [[0, 1], [2, 0]]
+
+
+@pytest.mark.parametrize("capacity", [1, 40, 2000])
+def test_a_total_of_zero_finds_slot_zero(capacity):
+    tree = SumTree(capacity)
+    assert tree.find(torch.tensor([0.0, 1.0, -1.0])).tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("capacity", [31, 32, 33, 1024, 1025, 40_000])
+def test_deep_trees(capacity):
+    tree = SumTree(capacity)
+    values = torch.zeros(capacity, dtype=torch.float64)
+    values[[0, capacity // 2, capacity - 1]] = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    tree.update(torch.arange(capacity), values)
+    assert tree.total() == 6.0
+    found = tree.find(torch.tensor([0.0, 0.99, 1.0, 2.99, 3.0, 5.99, 6.0, 100.0]))
+    assert found.tolist() == [0, 0, capacity // 2, capacity // 2] + [capacity - 1] * 4
+
+
+def test_capacity_of_one_and_non_powers_of_two():
+    tree = SumTree(1)
+    tree.update(torch.tensor([0]), torch.tensor([2.5]))
+    assert tree.total() == 2.5 and tree.find(torch.tensor([1.0])).tolist() == [0]
+    tree = SumTree(5)
+    tree.update(torch.arange(5), torch.ones(5))
+    assert tree.find(torch.tensor([4.5, 10.0])).tolist() == [4, 4]  # never a padding leaf
+
+
+def test_scalar_values_get_and_set_leaves():
+    tree = SumTree(6)
+    tree.update(torch.tensor([1, 3]), 2.0)
+    assert tree.get(torch.tensor([0, 1, 3])).tolist() == [0.0, 2.0, 2.0]
+    other = SumTree(6)
+    other.set_leaves(tree.leaves[:4].clone())
+    assert all(torch.equal(a, b) for a, b in zip(other.nodes(), tree.nodes(), strict=True))
+    other.set_leaves(torch.tensor([]))
+    assert other.total() == 0.0
+
+
+def test_no_drift_over_many_updates():
+    g = torch.Generator().manual_seed(0)
+    tree = SumTree(1000)
+    for _ in range(200):
+        idx = torch.randint(1000, (64,), generator=g)
+        tree.update(idx, torch.rand(64, generator=g, dtype=torch.float64) * 1e6)
+    tree.update(torch.arange(1000), torch.ones(1000))
+    assert tree.total() == 1000.0
+
+
+def test_errors():
+    with pytest.raises(ValueError, match=r"SumTree capacity must be an int >= 1, got 0"):
+        SumTree(0)
+    with pytest.raises(TypeError, match=r"SumTree capacity must be an int >= 1, got float 2.0"):
+        SumTree(2.0)
+    tree = SumTree(4)
+    with pytest.raises(IndexError, match=r"SumTree slot 4 is out of range for capacity 4 \(valid: 0..3\)"):
+        tree.update(torch.tensor([0, 4]), torch.ones(2))
+    with pytest.raises(IndexError, match=r"SumTree slot -1 is out of range"):
+        tree.get(torch.tensor([-1]))
+    with pytest.raises(TypeError, match=r"SumTree slots must be integers, got dtype torch.float32"):
+        tree.update(torch.tensor([0.0]), torch.ones(1))
+    with pytest.raises(ValueError, match=r"SumTree values must be finite and >= 0, got \[-1.0\] at slots \[1\]"):
+        tree.update(torch.tensor([0, 1]), torch.tensor([1.0, -1.0]))
+    with pytest.raises(ValueError, match=r"SumTree values must be finite and >= 0, got \[nan\]"):
+        tree.update(torch.tensor([0]), torch.tensor([float("nan")]))
+    with pytest.raises(ValueError, match=r"SumTree.update got 3 values for 2 slots"):
+        tree.update(torch.tensor([0, 1]), torch.ones(3))
+    with pytest.raises(ValueError, match=r"SumTree.set_leaves got 5 values for a capacity of 4"):
+        tree.set_leaves(torch.ones(5))
+    assert tree.total() == 0.0  # nothing was written by the failed calls
+
+
+@pytest.mark.parametrize("device", devices)
+def test_device(device):
+    tree = SumTree(100, device=device)
+    tree.update(torch.arange(100), torch.arange(100, dtype=torch.float64))
+    found = tree.find(torch.tensor([0.5, 4949.5]))
+    assert found.device.type == device and found.tolist() == [1, 99]
+    assert "SumTree(capacity=100, total=4950" in repr(tree)

@@ -1,0 +1,249 @@
+"""Real, small datasets for the loader tests.
+
+Minari datasets are written by Minari's own ``create_dataset_from_buffers``
+around real Gymnasium environments; D4RL files are written with h5py. The
+top-level autouse fixture already sends ``MINARI_DATASETS_PATH``,
+``MIXREPLAY_DATA_DIR`` and ``D4RL_DATASET_DIR`` to a fresh temp dir per test;
+the read-only Minari datasets below are built once per session in their own
+root, which :func:`minari_root` points ``MINARI_DATASETS_PATH`` at.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+# Optional packages: each test module importorskips what it needs, so a missing one skips
+# those tests instead of failing collection.
+try:
+    import gymnasium as gym
+except ImportError:  # pragma: no cover
+    gym = None
+try:
+    import minari
+    from minari.data_collector import EpisodeBuffer
+except ImportError:  # pragma: no cover
+    minari = EpisodeBuffer = None
+try:
+    import h5py
+except ImportError:  # pragma: no cover
+    h5py = None
+
+PENDULUM = "test/pendulum-v0"
+MOUNTAINCAR = "test/mountaincar-v0"
+DICTOBS = "test/dictobs-v0"
+
+
+def nested_dict_pendulum(max_steps: int):
+    """Pendulum with a nested Dict observation: ``{"angle": [2], "extra": {"velocity": [1]}}``."""
+
+    class NestedDictObs(gym.ObservationWrapper):
+        def __init__(self, env):
+            super().__init__(env)
+            self.observation_space = gym.spaces.Dict(
+                {
+                    "angle": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+                    "extra": gym.spaces.Dict({"velocity": gym.spaces.Box(-8.0, 8.0, (1,), np.float32)}),
+                }
+            )
+
+        def observation(self, obs):
+            return {"angle": obs[:2].astype(np.float32), "extra": {"velocity": obs[2:].astype(np.float32)}}
+
+    return gym.wrappers.TimeLimit(NestedDictObs(gym.make("Pendulum-v1").unwrapped), max_steps)
+
+
+@dataclasses.dataclass
+class Recorded:
+    """What was fed to Minari, episode by episode, to check converted rows against."""
+
+    env: object
+    episodes: list  # EpisodeBuffer
+
+
+def _stack(obs_list):
+    if isinstance(obs_list[0], dict):
+        return {k: _stack([o[k] for o in obs_list]) for k in obs_list[0]}
+    return np.stack(obs_list)
+
+
+def record(env, n_episodes: int, *, seed: int = 0, policy=None, infos: bool = False, first_id: int = 0) -> list:
+    """Roll ``env`` for ``n_episodes`` (random actions unless ``policy(obs, rng)``); ids from ``first_id``."""
+    rng = np.random.default_rng(seed)
+    env.action_space.seed(seed)
+    episodes = []
+    for e in range(n_episodes):
+        obs, _ = env.reset(seed=seed + e)
+        observations, actions, rewards, terms, truncs, steps = [obs], [], [], [], [], [0.0]
+        terminated = truncated = False
+        while not (terminated or truncated):
+            action = env.action_space.sample() if policy is None else policy(obs, rng)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            observations.append(obs)
+            actions.append(np.asarray(action, dtype=np.float32))
+            rewards.append(float(reward))
+            terms.append(bool(terminated))
+            truncs.append(bool(truncated))
+            steps.append(float(len(actions)))
+        episodes.append(
+            EpisodeBuffer(
+                id=first_id + e, seed=seed + e, observations=_stack(observations), actions=np.stack(actions),
+                rewards=rewards, terminations=terms, truncations=truncs,
+                infos={"step": np.asarray(steps)} if infos else {},
+            )
+        )
+    return episodes
+
+
+def expert(obs, rng):
+    """MountainCar: push the way the car moves; reaches the goal (terminates) in ~100 steps."""
+    return np.array([1.0 if obs[1] >= 0 else -1.0], dtype=np.float32)
+
+
+def make_minari(dataset_id: str, env, episodes) -> None:
+    with warnings.catch_warnings():
+        # Minari's advice about metadata (eval_env, reference scores) is not what these tests check
+        warnings.simplefilter("ignore", UserWarning)
+        _create(dataset_id, env, episodes)
+
+
+def _create(dataset_id: str, env, episodes) -> None:
+    minari.create_dataset_from_buffers(
+        dataset_id=dataset_id, buffer=episodes, env=env, algorithm_name="test",
+        observation_space=env.observation_space, action_space=env.action_space,
+        author="mixreplay tests", author_email="tests@example.invalid",
+        code_permalink="https://example.invalid/mixreplay/tests/datasets/conftest.py",
+        description="a tiny dataset for mixreplay's loader tests",
+    )
+
+
+def pendulum_env(max_steps: int = 12):
+    return gym.make("Pendulum-v1", max_episode_steps=max_steps)
+
+
+def make_pendulum(dataset_id: str = PENDULUM, n_episodes: int = 3, seed: int = 0) -> Recorded:
+    env = pendulum_env()
+    eps = record(env, n_episodes, seed=seed)
+    make_minari(dataset_id, env, eps)
+    return Recorded(env, eps)
+
+
+@pytest.fixture(scope="session")
+def minari_session(tmp_path_factory):
+    """Three read-only Minari datasets, built once: ``{dataset_id: Recorded}`` and their root."""
+    root = tmp_path_factory.mktemp("minari_root")
+    built = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MINARI_DATASETS_PATH", str(root))
+        built[PENDULUM] = make_pendulum()
+        # expert episodes terminate at the goal; the random one is truncated by the time limit
+        env = gym.make("MountainCarContinuous-v0", max_episode_steps=120)
+        eps = record(env, 2, seed=1, policy=expert) + record(env, 1, seed=5, first_id=2)
+        make_minari(MOUNTAINCAR, env, eps)
+        built[MOUNTAINCAR] = Recorded(env, eps)
+        env = nested_dict_pendulum(8)
+        eps = record(env, 2, seed=2, infos=True)
+        make_minari(DICTOBS, env, eps)
+        built[DICTOBS] = Recorded(env, eps)
+    return root, built
+
+
+@pytest.fixture
+def minari_root(minari_session, monkeypatch):
+    """Point ``MINARI_DATASETS_PATH`` at the session's datasets; returns ``{id: Recorded}``."""
+    root, built = minari_session
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    return built
+
+
+# -- D4RL-layout files ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class D4RLArrays:
+    observations: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminals: np.ndarray
+    timeouts: np.ndarray
+    next_observations: np.ndarray | None
+    qpos: np.ndarray
+
+
+def d4rl_arrays(*, seed: int = 0, with_next: bool = True) -> D4RLArrays:
+    """20 rows in 5 episodes: terminal ends, timeout ends, and an unfinished last episode.
+
+    Observations are ``[episode, step, i]`` so every row is identifiable.
+    """
+    lengths_and_ends = [(4, "terminal"), (5, "timeout"), (3, "terminal"), (4, "timeout"), (4, None)]
+    obs, nxt, rew, term, tout = [], [], [], [], []
+    i = 0
+    for e, (n, end) in enumerate(lengths_and_ends):
+        for t in range(n + 1):
+            row = [e, t, i]
+            if t < n:
+                obs.append(row)
+                rew.append(float(i) + 0.25)
+                last = t == n - 1
+                term.append(last and end == "terminal")
+                tout.append(last and end == "timeout")
+                i += 1
+            if t > 0:
+                nxt.append(row)
+    g = np.random.default_rng(seed)
+    n = len(obs)
+    return D4RLArrays(
+        observations=np.asarray(obs, dtype=np.float32),
+        actions=g.normal(size=(n, 2)).astype(np.float32),
+        rewards=np.asarray(rew, dtype=np.float64),
+        terminals=np.asarray(term),
+        timeouts=np.asarray(tout),
+        next_observations=np.asarray(nxt, dtype=np.float32) if with_next else None,
+        qpos=g.normal(size=(n, 4)),
+    )
+
+
+def write_d4rl(path, arrays: D4RLArrays, *, drop: tuple[str, ...] = ()) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(path, "w") as f:
+        for name in ("observations", "actions", "rewards", "terminals", "timeouts", "next_observations"):
+            value = getattr(arrays, name)
+            if value is not None and name not in drop:
+                f[name] = value
+        f["infos/qpos"] = arrays.qpos
+        f["metadata/algorithm"] = "test"
+
+
+# -- online rows from a live environment ---------------------------------------------------------
+
+
+def env_ted_rows(env, n: int, seed: int = 0) -> TensorDict:
+    """``n`` transitions stepped from ``env`` with random actions, in the TED layout (float32)."""
+    env.action_space.seed(seed)
+    obs, _ = env.reset(seed=seed)
+    cols = {k: [] for k in ("obs", "act", "rew", "nobs", "term", "trunc")}
+    for _ in range(n):
+        a = env.action_space.sample()
+        nobs, r, term, trunc, _ = env.step(a)
+        for k, v in zip(cols, (obs, a, [r], nobs, [term], [trunc])):
+            cols[k].append(np.asarray(v))
+        obs = env.reset()[0] if term or trunc else nobs
+    f32 = lambda k: torch.as_tensor(np.stack(cols[k]), dtype=torch.float32)  # noqa: E731
+    flag = lambda k: torch.as_tensor(np.stack(cols[k]), dtype=torch.bool)  # noqa: E731
+    live = torch.zeros(n, 1, dtype=torch.bool)
+    return TensorDict(
+        {
+            "observation": f32("obs"), "action": f32("act"),
+            "done": live, "terminated": live.clone(), "truncated": live.clone(),
+            "next": {
+                "observation": f32("nobs"), "reward": f32("rew"),
+                "done": flag("term") | flag("trunc"), "terminated": flag("term"), "truncated": flag("trunc"),
+            },
+        },
+        batch_size=[n],
+    )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import mmap
 import os
 import shutil
 import sys
@@ -195,7 +196,7 @@ def write_memmap_dataset(
                     progress(words.shape[0])
             f.flush()
             os.fsync(f.fileno())
-        if layout is None:
+        if layout is None or n == 0:
             raise DatasetError(f"no rows to write to {path}: the data was empty")
         starts = torch.zeros(1, dtype=torch.int64) if episode_starts is None else torch.as_tensor(
             list(episode_starts) if not isinstance(episode_starts, torch.Tensor) else episode_starts,
@@ -225,14 +226,44 @@ def write_memmap_dataset(
             json.dump(meta, f, indent=1)
             f.flush()
             os.fsync(f.fileno())
-        if path.exists():
-            shutil.rmtree(path)
+        _make_readable(tmp)
+        aside = None
+        if path.exists():  # move the old dataset aside, so there is never a moment with none
+            aside = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
+            os.replace(path, aside / path.name)
         os.replace(tmp, path)
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     log.info("wrote %d rows (%d bytes each) to %s", n, layout.row_bytes, path)
     return path
+
+
+def _make_readable(directory: Path) -> None:
+    """Give a finished dataset directory the permissions of a plain ``mkdir`` (mkdtemp uses 0700)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(directory, 0o777 & ~umask)
+    for child in directory.iterdir():
+        os.chmod(child, 0o666 & ~umask)
+
+
+def _map_rows(rows_file: Path, n: int, words: int) -> torch.Tensor:
+    """Map packed rows copy-on-write: writes through the tensor never reach the file.
+
+    Sampling reads rows at random, so the kernel is told not to read ahead
+    (``MADV_RANDOM``): a cold dataset then costs page cache for the rows drawn,
+    not for their neighbourhoods.
+    """
+    if n == 0:
+        return torch.empty(0, words, dtype=torch.int64)
+    with open(rows_file, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), n * words * 8, access=mmap.ACCESS_COPY)
+    if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+        mapped.madvise(mmap.MADV_RANDOM)
+    return torch.frombuffer(mapped, dtype=torch.int64).view(n, words)
 
 
 def read_metadata(path: str | os.PathLike) -> dict:
@@ -277,7 +308,7 @@ def load_memmap(path: str | os.PathLike, **kwargs) -> OfflineDataset:
             f"{rows_file} holds {actual} bytes, expected {expected} ({n} rows × {words * 8} bytes); "
             "the file is truncated or missing: convert the dataset again"
         )
-    rows = torch.from_file(str(rows_file), shared=False, size=n * words, dtype=torch.int64).view(n, words)
+    rows = _map_rows(rows_file, n, words)
     ep_file = path / EPISODES
     starts = torch.from_file(str(ep_file), shared=False, size=int(meta["episodes"]), dtype=torch.int64).clone()
     return OfflineDataset(FrozenStorage(rows, layout), episode_starts=starts, metadata=meta, path=path, **kwargs)

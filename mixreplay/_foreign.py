@@ -97,7 +97,7 @@ class ForeignStorage:
         self.inner = storage
         self.max_size = int(storage.max_size)
         self.device = torch.device(getattr(storage, "device", None) or "cpu")
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # re-entrant, as for native storages
         self._cursor = 0
         self._write_count = 0
         self._schema: Schema | None = None

@@ -62,6 +62,16 @@ class ReplayBuffer:
         generator: a ``torch.Generator`` (or an int seed) that all sampling draws from.
         transform: applied to every sampled batch, last.
 
+    Thread safety: one thread may :meth:`extend` (a collector) while another
+    samples and updates priorities (a learner). Each call holds the storage's
+    lock while it touches rows or sampler state, so a sampled row is always a
+    whole row from one write, and lengths never go backwards. Sampling itself
+    is not meant to be called from two threads at once (they would share one
+    generator, and the batches would no longer be reproducible).
+
+    Checkpoints: :meth:`dumps` / :meth:`loads` save and restore the filled rows,
+    cursor, sampler state and generator (see :mod:`mixreplay.checkpoint`).
+
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
@@ -139,8 +149,12 @@ class ReplayBuffer:
 
     def extend(self, data: TensorDictBase) -> torch.Tensor:
         """Write the rows of ``data`` (batch ``[n]``); return the slots written."""
-        index = self._storage.extend(data)
-        self._sampler.on_extend(index, self._storage)
+        storage = self._storage
+        # One lock around the write and the sampler's bookkeeping: a concurrent sample or
+        # priority update never sees rows its sampler has not been told about.
+        with storage.lock:
+            index = storage.extend(data)
+            self._sampler.on_extend(index, storage)
         return index
 
     def add(self, row: TensorDictBase) -> int:
@@ -186,12 +200,12 @@ class ReplayBuffer:
                 raise EmptyBufferError("cannot sample from an empty buffer: extend it with rows first")
             index = self._sampler.sample(storage, n, self._generator)
             batch = storage.gather_unlocked(index)
+            weight = self._sampler.weight(index, storage) if return_info else None
         if self._transform is not None:
             batch = self._transform(batch)
         if not return_info:
             return batch
         info = TensorDict({"index": index}, batch_size=[n])
-        weight = self._sampler.weight(index, storage)
         if weight is not None:
             info["weight"] = weight
         return batch, info
@@ -202,10 +216,37 @@ class ReplayBuffer:
 
     def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:
         """Set the priorities of rows ``index`` (needs a prioritized sampler)."""
-        self._sampler.update_priority(torch.as_tensor(index), torch.as_tensor(priority))
+        with self._storage.lock:
+            self._sampler.update_priority(torch.as_tensor(index), torch.as_tensor(priority))
 
     def empty(self) -> None:
         self._storage.empty()
+
+    # -- checkpoints (mixreplay.checkpoint) ------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """A snapshot of the rows, cursor, sampler and generator (tensors and JSON values)."""
+        from mixreplay import checkpoint
+
+        return checkpoint.state_dict(self)
+
+    def load_state_dict(self, state: dict, *, allow_offline_mismatch: bool = False) -> None:
+        """Restore :meth:`state_dict`; raises :class:`~mixreplay.CheckpointError`, changing nothing, if it does not fit."""
+        from mixreplay import checkpoint
+
+        checkpoint.load_state_dict(self, state, allow_offline_mismatch=allow_offline_mismatch)
+
+    def dumps(self, path) -> None:
+        """Save a checkpoint directory at ``path``, atomically (see :mod:`mixreplay.checkpoint`)."""
+        from mixreplay import checkpoint
+
+        checkpoint.dumps(self, path)
+
+    def loads(self, path, *, allow_offline_mismatch: bool = False) -> None:
+        """Restore the checkpoint at ``path``: the next batches are those the saved buffer would have drawn."""
+        from mixreplay import checkpoint
+
+        checkpoint.loads(self, path, allow_offline_mismatch=allow_offline_mismatch)
 
     def __repr__(self) -> str:
         return (

@@ -11,6 +11,7 @@ mixreplay::
     ├── DatasetError(ValueError)             an ID or file cannot be resolved or read
     │   └── DatasetNotFoundError(FileNotFoundError)
     ├── CheckpointError(ValueError)          a checkpoint is corrupt or does not fit
+    ├── BufferActorError(RuntimeError)       the Ray actor hosting a buffer is dead or unreachable
     └── MissingDependencyError(ImportError)  an optional extra is not installed
 
 Messages name the argument or key, show the expected against the actual value,
@@ -20,6 +21,7 @@ and say how to fix it.
 from __future__ import annotations
 
 __all__ = [
+    "BufferActorError",
     "CheckpointError",
     "DatasetError",
     "DatasetNotFoundError",
@@ -57,6 +59,15 @@ class DatasetNotFoundError(DatasetError, FileNotFoundError):
 
 class CheckpointError(MixreplayError, ValueError):
     """A checkpoint is missing, corrupt, or does not match the buffer loading it."""
+
+
+class BufferActorError(MixreplayError, RuntimeError):
+    """The Ray actor hosting a :class:`~mixreplay.distributed.RayReplayBuffer` cannot serve.
+
+    Raised when Ray is not initialized, when the actor died (its rows are gone
+    unless it checkpointed), or while it is restarting; the message names the
+    actor and says what to do.
+    """
 
 
 class MissingDependencyError(MixreplayError, ImportError):

@@ -9,6 +9,7 @@ into one preallocated output: no per-source TensorDict, no ``torch.cat``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Callable, Mapping
@@ -22,16 +23,18 @@ from mixreplay.errors import EmptyBufferError, SchemaMismatchError
 from mixreplay.samplers import Sampler
 from mixreplay.schema import NestedKey, RowLayout, Schema, normalize_key
 from mixreplay.split import split_counts
-from mixreplay.storage import LazyTensorStorage, is_native_storage
+from mixreplay.storage import FrozenStorage, LazyTensorStorage, is_native_storage
 
 __all__ = ["MixtureReplayBuffer", "OfflineToOnlineReplayBuffer"]
 
 log = logging.getLogger(__name__)
 
+_NO_LOCK = contextlib.nullcontext()
+
 _SCHEMA_FIX = (
     "make both sides produce the same keys, dtypes and per-row shapes: load the dataset "
-    "with dtype/keys/rename options (e.g. load_dataset(id, keys=[...], rename={...}, "
-    "cast_to=...)), or convert the online rows before extend (td.float(), td.select(...))"
+    "with the loader's options (load_dataset(id, dtype=torch.float32, keys=[...], "
+    "rename={...})), or convert the online rows before extend (td.float(), td.select(...))"
 )
 
 
@@ -79,7 +82,10 @@ class _MixingBuffer:
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
         self._transform = transform
-        self._source_key = None if source_key is None else normalize_key(source_key)
+        try:
+            self._source_key = None if source_key is None else normalize_key(source_key)
+        except TypeError as err:
+            raise TypeError(f"source_key: {err}") from None
         self._layout: RowLayout | None = None  # output layout once every source fits it
         self._fused = False  # every source is native and shares the output layout
         self._unit_size: int | None = None  # rows per sampling unit, once known
@@ -156,6 +162,10 @@ class _MixingBuffer:
         unit = self._unit_size
         if unit is None:
             unit = self._unit_size = self._unit()
+            self._distinct = tuple(
+                i for i, s in enumerate(self._sources)
+                if getattr(getattr(s, "sampler", None), "replacement", True) is False
+            )
         if batch_size % unit:
             raise ValueError(
                 f"batch_size {batch_size} is not a multiple of slice_len {unit}: slices are "
@@ -166,6 +176,14 @@ class _MixingBuffer:
         live_counts = split_counts(batch_size // unit, [fractions[i] for i in live])
         for i, c in zip(live, live_counts):
             counts[i] = c * unit
+        for i in self._distinct:  # checked before any draw, so a refused batch changes nothing
+            if counts[i] > sizes[i]:
+                raise ValueError(
+                    f"batch_size {batch_size} asks source {self._names[i]!r} for {counts[i]} distinct rows, "
+                    f"but it holds {sizes[i]} and samples without replacement; sample at most "
+                    f"{sizes[i]} rows from it (a smaller batch_size or fraction), or give it "
+                    "RandomSampler(replacement=True)"
+                )
         return counts
 
     def sample(self, batch_size: int | None = None, *, return_info: bool = False):
@@ -305,7 +323,9 @@ class _MixingBuffer:
                 continue
             mask = source == i
             if bool(mask.any()):
-                sampler.update_priority(index[mask], priority.to(index.device)[mask])
+                lock = getattr(getattr(src, "storage", None), "lock", None) or _NO_LOCK
+                with lock:
+                    sampler.update_priority(index[mask], priority.to(index.device)[mask])
 
     # -- misc ------------------------------------------------------------------------------
 
@@ -324,6 +344,50 @@ class _MixingBuffer:
     def __len__(self) -> int:
         return sum(len(s) for s in self._sources)
 
+    # -- checkpoints (mixreplay.checkpoint) ------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """A snapshot: online rows, cursors, samplers, generators, schedules, step and fractions.
+
+        Offline data is referenced (ID, path, fingerprint), never copied.
+        """
+        from mixreplay import checkpoint
+
+        return checkpoint.state_dict(self)
+
+    def load_state_dict(self, state: dict, *, allow_offline_mismatch: bool = False) -> None:
+        """Restore :meth:`state_dict`; raises :class:`~mixreplay.CheckpointError`, changing nothing, if it does not fit.
+
+        Keyword Args:
+            allow_offline_mismatch: resume even though an offline source differs
+                from the one saved (its fingerprint, row count or schema).
+        """
+        from mixreplay import checkpoint
+
+        checkpoint.load_state_dict(self, state, allow_offline_mismatch=allow_offline_mismatch)
+
+    def dumps(self, path) -> None:
+        """Save a checkpoint directory at ``path``, atomically (see :mod:`mixreplay.checkpoint`).
+
+        Only the filled online rows are written; offline data is referenced, not copied.
+        """
+        from mixreplay import checkpoint
+
+        checkpoint.dumps(self, path)
+
+    def loads(self, path, *, allow_offline_mismatch: bool = False) -> None:
+        """Restore the checkpoint at ``path`` into this buffer, built with the same arguments.
+
+        From then on, :meth:`sample` draws exactly the batches the saved buffer
+        would have drawn. Raises :class:`~mixreplay.CheckpointError` (and changes
+        nothing) for a checkpoint that is missing, corrupt, of another format
+        version, or that does not fit this buffer (schema, capacity, sampler,
+        offline fingerprint unless ``allow_offline_mismatch=True``).
+        """
+        from mixreplay import checkpoint
+
+        checkpoint.loads(self, path, allow_offline_mismatch=allow_offline_mismatch)
+
 
 class OfflineToOnlineReplayBuffer(_MixingBuffer):
     """An immutable offline dataset and an online ring, mixed in an exact proportion.
@@ -338,6 +402,17 @@ class OfflineToOnlineReplayBuffer(_MixingBuffer):
     first :meth:`extend` checks it and raises :class:`~mixreplay.errors.SchemaMismatchError`
     naming every key that differs (nothing is ever upcast silently). Sampler
     bookkeeping keys such as TorchRL's ``"index"`` are not data and are dropped.
+
+    Thread safety: a collector thread may :meth:`extend` while a learner thread
+    calls :meth:`sample` and :meth:`update_priority`. Every source's rows and
+    sampler state are read and written under that source's storage lock, so a
+    sampled row is always a whole row from one write and lengths only grow.
+    Call :meth:`sample`, :meth:`anneal`, :meth:`set_step` and :meth:`loads`
+    from one thread (the learner): they share the buffer's generator and fraction.
+
+    Checkpoints: :meth:`dumps` / :meth:`loads` save and restore the filled online
+    rows, the ring cursor, samplers, generator, schedule, step and fractions; the
+    offline dataset is referenced by ID, path and fingerprint, never copied.
 
     Args:
         offline_dataset: a mixreplay buffer or dataset, a TorchRL ``ReplayBuffer``
@@ -428,6 +503,8 @@ class OfflineToOnlineReplayBuffer(_MixingBuffer):
         )
         self._names = ("offline", "online")
         self._sources = [offline, self._online_buffer]
+        if self._schedule is not None and getattr(self._schedule, "needs_sizes", False):
+            self._base_offline_fraction = self._offline_fraction = self._evaluate_schedule(0)
 
     def _set_initial_fraction(self, offline_fraction) -> float:
         if callable(offline_fraction):
@@ -435,6 +512,8 @@ class OfflineToOnlineReplayBuffer(_MixingBuffer):
 
             self._schedule = as_schedule(offline_fraction)
             self._step = 0
+            if getattr(self._schedule, "needs_sizes", False):
+                return math.nan  # needs the sources' sizes: evaluated at the end of __init__
             value = self._evaluate_schedule(0)
             self._offline_fraction = value
             return value
@@ -493,9 +572,9 @@ class OfflineToOnlineReplayBuffer(_MixingBuffer):
             raise TypeError(f"step must be an int, got {type(step).__name__} {step!r}")
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
-        self._step = step
-        if self._schedule is not None:
+        if self._schedule is not None:  # evaluated first: a schedule that raises changes nothing
             self._offline_fraction = self._evaluate_schedule(step)
+        self._step = step
 
     @property
     def offline_fraction(self) -> float:
@@ -558,6 +637,11 @@ class MixtureReplayBuffer(_MixingBuffer):
     A source given as a storage (``LazyTensorStorage(...)``) becomes a
     :class:`~mixreplay.ReplayBuffer` with ``samplers.get(name)``.
 
+    Thread safety and checkpoints: as for :class:`OfflineToOnlineReplayBuffer`
+    (collectors may :meth:`extend` any source while one learner samples;
+    :meth:`dumps` saves the rows of every writable source and references the
+    read-only ones).
+
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
@@ -586,8 +670,19 @@ class MixtureReplayBuffer(_MixingBuffer):
             raise TypeError(
                 f"sources must be a non-empty mapping name -> buffer, got {type(sources).__name__}"
             )
+        bad_names = [n for n in sources if not isinstance(n, str) or not n]
+        if bad_names:
+            raise TypeError(
+                f"source names must be non-empty strings, got {bad_names!r}; name each source, "
+                "e.g. {'offline': dataset, 'online': LazyTensorStorage(100_000)}"
+            )
         if not isinstance(fractions, Mapping):
             raise TypeError(f"fractions must be a mapping name -> fraction, got {type(fractions).__name__}")
+        if samplers is not None and not isinstance(samplers, Mapping):
+            raise TypeError(
+                f"samplers must be a mapping name -> Sampler, got {type(samplers).__name__}; "
+                "e.g. samplers={'online': PrioritizedSampler()}"
+            )
         if set(fractions) != set(sources):
             raise ValueError(
                 f"fractions must name exactly the sources: sources {sorted(sources)}, "
@@ -609,6 +704,11 @@ class MixtureReplayBuffer(_MixingBuffer):
                     f"{type(obj).__name__}, which keeps its own sampler"
                 )
             self._sources.append(_as_source(obj, name))
+            if isinstance(obj, ReplayBuffer) and isinstance(obj.storage, FrozenStorage) and len(obj) == 0:
+                raise ValueError(
+                    f"source {name!r} ({type(obj).__name__}) is read-only and holds no rows, so it could "
+                    "never contribute to a batch; fill the dataset before mixing, or drop the source"
+                )
         self._schedules = {}
         self._fixed = {}
         for name in self._names:
@@ -621,7 +721,10 @@ class MixtureReplayBuffer(_MixingBuffer):
             else:
                 from mixreplay.schedules import as_schedule
 
-                self._schedules[name] = as_schedule(f)
+                try:
+                    self._schedules[name] = as_schedule(f)
+                except TypeError as err:
+                    raise TypeError(f"fractions[{name!r}]: {err}") from None
         if not self._schedules and sum(self._fixed.values()) == 0:
             raise ValueError(f"fractions sum to 0 ({dict(fractions)}); give at least one source a share")
         self._step = 0
@@ -655,8 +758,8 @@ class MixtureReplayBuffer(_MixingBuffer):
             raise TypeError(f"step must be an int, got {type(step).__name__} {step!r}")
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
+        self._current = self._evaluate(step)  # first: a schedule that raises changes nothing
         self._step = step
-        self._current = self._evaluate(step)
 
     def source(self, name: str):
         """The buffer behind source ``name``."""

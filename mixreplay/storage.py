@@ -13,8 +13,9 @@ a set of typed views over the gathered words.
 - :class:`FrozenStorage` holds read-only rows, e.g. an offline dataset mapped
   from disk.
 
-Writes and reads take a per-storage lock, so a collector thread may ``extend``
-while a learner thread samples: a reader never sees a half-written row.
+Writes and reads take a per-storage lock (``storage.lock``, re-entrant), so a
+collector thread may ``extend`` while a learner thread samples: a reader never
+sees a half-written row, and a row's keys always come from one write.
 """
 
 from __future__ import annotations
@@ -65,6 +66,18 @@ def _as_index(index, length: int, device: torch.device) -> torch.Tensor:
     return index
 
 
+def _as_device(device) -> torch.device:
+    if device is None:
+        return torch.device("cpu")
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
+        raise (TypeError if not isinstance(device, (str, int)) else ValueError)(
+            f"device must be a torch.device or a device string such as 'cpu' or 'cuda:0', got "
+            f"{type(device).__name__} {device!r}"
+        ) from None
+
+
 class _PackedRows:
     """What every storage shares: a layout and packed rows ``[capacity, W]``."""
 
@@ -73,7 +86,8 @@ class _PackedRows:
     device: torch.device
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        # Re-entrant: a buffer holds it across storage.extend and its sampler's on_extend.
+        self.lock = threading.RLock()
 
     @property
     def layout(self) -> RowLayout | None:
@@ -189,7 +203,7 @@ class TensorStorage(_PackedRows):
         if max_size <= 0:
             raise ValueError(f"max_size must be a positive number of rows, got {max_size}")
         self.max_size = max_size
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.device = _as_device(device)
         self._layout = None
         self._rows = None
         self._cursor = 0
@@ -357,6 +371,11 @@ class LazyMemmapStorage(TensorStorage):
         super().__init__(max_size, device=device)
         if self.device.type != "cpu":
             raise ValueError(f"LazyMemmapStorage lives in host memory; got device={self.device}")
+        if scratch_dir is not None and not isinstance(scratch_dir, (str, os.PathLike)):
+            raise TypeError(
+                f"scratch_dir must be a directory path (str or os.PathLike), got "
+                f"{type(scratch_dir).__name__} {scratch_dir!r}"
+            )
         self.scratch_dir = None if scratch_dir is None else os.fspath(scratch_dir)
         self.filename: str | None = None
 

@@ -82,7 +82,12 @@ class Sampler:
 
 
 class RandomSampler(Sampler):
-    """Uniform sampling with replacement over the filled rows.
+    """Uniform sampling over the filled rows, with replacement (default) or without.
+
+    Args:
+        replacement: draw rows independently (a row may repeat within a batch), or,
+            with ``False``, ``n`` distinct rows per draw (``torch.randperm``: it costs
+            ``O(len)`` per batch, and ``n`` may not exceed the rows held).
 
     Examples:
         >>> import torch
@@ -93,13 +98,35 @@ class RandomSampler(Sampler):
         >>> _ = rb.extend(TensorDict({"x": torch.arange(10)}, [10]))
         >>> rb.sample(4)["x"].shape
         torch.Size([4])
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=RandomSampler(replacement=False),
+        ...                   generator=0)
+        >>> _ = rb.extend(TensorDict({"x": torch.arange(10)}, [10]))
+        >>> sorted(rb.sample(10)["x"].tolist()) == list(range(10))
+        True
     """
+
+    def __init__(self, replacement: bool = True):
+        if not isinstance(replacement, bool):
+            raise TypeError(
+                f"RandomSampler replacement must be a bool, got {type(replacement).__name__} {replacement!r}"
+            )
+        self.replacement = replacement
+
+    def config(self) -> dict:
+        return {} if self.replacement else {"replacement": False}
 
     def sample(self, storage, n: int, generator: torch.Generator) -> torch.Tensor:
         size = len(storage)
         if size == 0:
             raise EmptyBufferError("cannot sample: the source holds no rows; extend it first")
-        return torch.randint(size, (n,), generator=generator, device=generator.device)
+        if self.replacement:
+            return torch.randint(size, (n,), generator=generator, device=generator.device)
+        if n > size:  # checked before drawing, so the generator is left untouched
+            raise ValueError(
+                f"cannot draw {n} distinct rows without replacement from a source holding {size}; "
+                f"ask for at most {size} rows, or use RandomSampler(replacement=True)"
+            )
+        return torch.randperm(size, generator=generator, device=generator.device)[:n]
 
 
 def __getattr__(name: str):

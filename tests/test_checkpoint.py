@@ -1,0 +1,668 @@
+"""Checkpoints: exact resume, only the filled rows on disk, crash safety, and every refusal."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tensordict import TensorDict
+
+from mixreplay import (
+    CheckpointError,
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    MixtureReplayBuffer,
+    OfflineDataset,
+    OfflineToOnlineReplayBuffer,
+    RandomSampler,
+    ReplayBuffer,
+)
+from mixreplay.checkpoint import METADATA, read_state
+from mixreplay.datasets.memmap import load_memmap, write_memmap_dataset
+
+try:  # the prioritized sampler and the schedules are built alongside this module
+    from mixreplay.samplers import PrioritizedSampler, SliceSampler
+    from mixreplay.schedules import Cosine, Linear, Proportional
+
+    HAVE_EXTRAS = True
+except ImportError:  # pragma: no cover
+    HAVE_EXTRAS = False
+
+needs_extras = pytest.mark.skipif(not HAVE_EXTRAS, reason="mixreplay.schedules / samplers.prioritized not importable yet")
+
+OFFLINE_BASE = -1000  # offline row i has id OFFLINE_BASE + i; online ids count from 0
+
+
+def id_rows(start: int, n: int) -> TensorDict:
+    """TED rows whose every leaf encodes the row's id (episodes end every 5 ids)."""
+    ids = torch.arange(start, start + n)
+    f = ids.to(torch.float32).unsqueeze(-1)
+    end = (ids % 5 == 4).unsqueeze(-1)
+    return TensorDict(
+        {
+            "observation": f.expand(n, 3).clone(),
+            "action": f.expand(n, 2).clone(),
+            "done": end.clone(),
+            "terminated": end.clone(),
+            "truncated": torch.zeros(n, 1, dtype=torch.bool),
+            "next": {
+                "observation": (f + 0.5).expand(n, 3).clone(),
+                "reward": f.clone(),
+                "done": end.clone(),
+                "terminated": end.clone(),
+                "truncated": torch.zeros(n, 1, dtype=torch.bool),
+            },
+        },
+        batch_size=[n],
+    )
+
+
+OFFLINE = OfflineDataset.from_tensordict(id_rows(OFFLINE_BASE, 300))
+
+
+def ids(batch) -> list[int]:
+    return batch["next", "reward"].squeeze(-1).long().tolist()
+
+
+def assert_same(x, y) -> None:
+    """Two TensorDicts (or tuples of them) hold the same keys and equal tensors."""
+    if isinstance(x, tuple):
+        for a, b in zip(x, y, strict=True):
+            assert_same(a, b)
+        return
+    kx = sorted(x.keys(include_nested=True, leaves_only=True), key=str)
+    ky = sorted(y.keys(include_nested=True, leaves_only=True), key=str)
+    assert kx == ky
+    for k in kx:
+        assert torch.equal(x[k], y[k]), k
+
+
+def assert_state_equal(a, b, where="state") -> None:
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), where
+        for k in a:
+            assert_state_equal(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (u, v) in enumerate(zip(a, b)):
+            assert_state_equal(u, v, f"{where}[{i}]")
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+# -- the buffers under test -------------------------------------------------------------------
+
+
+def _replay(capacity, tmp):
+    return ReplayBuffer(storage=LazyTensorStorage(capacity), batch_size=8, generator=3)
+
+
+def _replay_memmap(capacity, tmp):
+    return ReplayBuffer(storage=LazyMemmapStorage(capacity, scratch_dir=tmp), batch_size=8, generator=3)
+
+
+def _o2o(capacity, tmp):
+    return OfflineToOnlineReplayBuffer(OFFLINE, online_capacity=capacity, offline_fraction=0.3, batch_size=10, generator=5)
+
+
+def _o2o_prioritized(capacity, tmp):
+    return OfflineToOnlineReplayBuffer(
+        OFFLINE, online_capacity=capacity, offline_fraction=0.4, batch_size=10, generator=5,
+        online_sampler=PrioritizedSampler(alpha=0.7, beta=0.5),
+    )
+
+
+def _o2o_linear(capacity, tmp):
+    return OfflineToOnlineReplayBuffer(OFFLINE, online_capacity=capacity, offline_fraction=Linear(0.9, 0.1, 20), batch_size=10, generator=5)
+
+
+def _o2o_proportional(capacity, tmp):
+    return OfflineToOnlineReplayBuffer(
+        OFFLINE, online_storage=LazyMemmapStorage(capacity, scratch_dir=tmp),
+        offline_fraction=Proportional("offline"), batch_size=10, generator=5,
+    )
+
+
+def _mixture(capacity, tmp):
+    prioritized_offline = OfflineDataset(OFFLINE.storage, sampler=PrioritizedSampler(alpha=1.0), metadata=OFFLINE.metadata)
+    return MixtureReplayBuffer(
+        {"off": prioritized_offline, "a": LazyTensorStorage(capacity), "b": LazyTensorStorage(capacity + 3)},
+        {"off": Cosine(0.8, 0.2, 15), "a": 1.0, "b": 2.0},
+        samplers={"b": PrioritizedSampler(alpha=0.5)}, batch_size=12, generator=9, source_key="src",
+    )
+
+
+BUILDERS = {"replay": _replay, "replay-memmap": _replay_memmap, "o2o": _o2o}
+if HAVE_EXTRAS:
+    BUILDERS.update({"o2o-prioritized": _o2o_prioritized, "o2o-linear": _o2o_linear,
+                     "o2o-proportional": _o2o_proportional, "mixture": _mixture})
+
+
+def write(rb, start: int, n: int) -> None:
+    if isinstance(rb, MixtureReplayBuffer):
+        rb.extend(id_rows(start, n), source="a" if start % 2 else "b")
+    else:
+        rb.extend(id_rows(start, n))
+
+
+def step(rb, k: int, gen: random.Random) -> tuple:
+    """One learner step: move the schedule, draw a batch, update priorities where there are any."""
+    if hasattr(rb, "set_step"):
+        rb.set_step(k)
+    out = rb.sample(return_info=True)
+    info = out[1]
+    if isinstance(rb, ReplayBuffer):
+        if isinstance(rb.sampler, PrioritizedSampler if HAVE_EXTRAS else ()):
+            rb.update_priority(info["index"], torch.tensor([gen.random() for _ in range(info.batch_size[0])]))
+    elif HAVE_EXTRAS:
+        rb.update_priority(info, torch.tensor([gen.random() * 3 for _ in range(info.batch_size[0])]))
+    return out
+
+
+# -- exact resume -----------------------------------------------------------------------------
+
+
+@given(
+    kind=st.sampled_from(sorted(BUILDERS)),
+    capacity=st.integers(1, 9),
+    chunks=st.lists(st.integers(1, 13), min_size=1, max_size=5),
+    draws=st.integers(0, 3),
+)
+@settings(max_examples=30, deadline=None)
+def test_loaded_twin_draws_the_same_batches_across_wrap_states(kind, capacity, chunks, draws):
+    """Empty, partly filled, exactly full and wrapped rings; before and after more writes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        make = BUILDERS[kind]
+        a, g_a = make(capacity, tmp), random.Random(1)
+        n = 0
+        for c in chunks:
+            write(a, n, c)
+            n += c
+        for k in range(draws):
+            step(a, k, g_a)
+        a.dumps(Path(tmp) / "ckpt")
+        b, g_b = make(capacity, tmp), random.Random(1)
+        b.loads(Path(tmp) / "ckpt")
+        g_b.setstate(g_a.getstate())
+        for k in range(draws, draws + 3):
+            assert_same(step(a, k, g_a), step(b, k, g_b))
+        write(a, n, capacity + 2)  # wraps the ring (again)
+        write(b, n, capacity + 2)
+        for k in range(draws + 3, draws + 6):
+            assert_same(step(a, k, g_a), step(b, k, g_b))
+
+
+@needs_extras
+def test_slices_resume_exactly(tmp_path):
+    def make():
+        return ReplayBuffer(storage=LazyTensorStorage(23), sampler=SliceSampler(3), batch_size=9, generator=2)
+
+    a = make()
+    a.extend(id_rows(0, 40))  # wrapped: the cursor cuts an episode
+    a.sample()
+    a.dumps(tmp_path / "ck")
+    b = make()
+    b.loads(tmp_path / "ck")
+    for _ in range(4):
+        assert_same(a.sample(), b.sample())
+
+
+def test_state_dict_is_a_snapshot_and_loads_in_memory():
+    a = _o2o(10, None)
+    a.extend(id_rows(0, 14))
+    state = a.state_dict()
+    b = _o2o(10, None)
+    b.load_state_dict(state)
+    a.extend(id_rows(14, 5))  # after the snapshot: not in it
+    assert state["sources"]["online"]["storage"]["write_count"] == 14
+    c = _o2o(10, None)
+    c.load_state_dict(state)
+    for _ in range(3):
+        assert_same(b.sample(), c.sample())
+
+
+def test_anneal_state_is_restored(tmp_path):
+    a = _o2o(50, None)
+    a.extend(id_rows(0, 30))
+    a.anneal(30, 100)
+    a.dumps(tmp_path / "ck")
+    b = _o2o(50, None)
+    b.loads(tmp_path / "ck")
+    assert b.offline_fraction == pytest.approx(0.3 * 0.7) and b.offline_fraction == a.offline_fraction
+    b.anneal(50, 100)
+    assert b.offline_fraction == pytest.approx(0.15)  # the base fraction came back too
+
+
+def test_loading_replaces_what_the_buffer_held(tmp_path):
+    a = _o2o(8, None)
+    a.extend(id_rows(0, 3))
+    a.dumps(tmp_path / "ck")
+    b = _o2o(8, None)
+    b.extend(id_rows(100, 8))
+    b.sample()
+    b.loads(tmp_path / "ck")
+    assert len(b.online_buffer) == 3 and b.online_buffer.storage.cursor == 3
+    assert ids(b.online_buffer[:]) == [0, 1, 2]
+    assert_same(a.sample(), b.sample())
+
+
+# -- what is on disk --------------------------------------------------------------------------
+
+
+def test_only_filled_rows_are_written_and_offline_is_referenced(tmp_path):
+    offline = OfflineDataset.from_tensordict(id_rows(OFFLINE_BASE, 5000))
+    rb = OfflineToOnlineReplayBuffer(offline, online_capacity=100_000, batch_size=4, generator=0)
+    rb.extend(id_rows(0, 250))
+    path = tmp_path / "ck"
+    rb.dumps(path)
+    row_bytes = rb.online_buffer.storage.row_bytes
+    rows_file = path / "sources.online.storage.rows.bin"
+    assert rows_file.stat().st_size == 250 * row_bytes
+    raw = torch.from_file(str(rows_file), size=250 * row_bytes // 8, dtype=torch.int64).view(250, -1)
+    assert torch.equal(raw, rb.online_buffer.storage.rows)  # raw little-endian packed words, slot order
+    others = sum(f.stat().st_size for f in path.iterdir()) - rows_file.stat().st_size
+    assert others < 30_000 < len(offline) * row_bytes  # metadata and generator states; no offline row
+    assert sorted(os.listdir(tmp_path)) == ["ck"]  # no temporary or aside directory left
+
+
+@needs_extras
+def test_metadata_records_the_run(tmp_path):
+    ds_path = write_memmap_dataset(tmp_path / "ds", id_rows(OFFLINE_BASE, 300), source_id="test:ids-v0")
+    ds = load_memmap(ds_path)
+    rb = OfflineToOnlineReplayBuffer(ds, online_capacity=7, offline_fraction=Linear(0.75, 0.25, 10), batch_size=4,
+                                     online_sampler=PrioritizedSampler(), generator=0)
+    rb.extend(id_rows(0, 9))
+    rb.set_step(4)
+    rb.dumps(tmp_path / "ck")
+    meta = json.loads((tmp_path / "ck" / METADATA).read_text())
+    assert meta["format"] == "mixreplay-checkpoint" and meta["format_version"] == 1
+    assert meta["mixreplay_version"] and meta["checksum"].startswith("sha256:")
+    online = meta["sources"]["online"]["storage"]
+    assert (online["max_size"], online["len"], online["cursor"], online["write_count"]) == (7, 7, 2, 9)
+    assert online["schema"] == ds.schema.to_json()
+    assert online["rows"]["__tensor__"]["shape"] == [7, ds.storage.layout.row_words]
+    ref = meta["sources"]["offline"]["reference"]
+    assert ref["fingerprint"] == ds.fingerprint and ref["source_id"] == "test:ids-v0"
+    assert ref["path"] == str(ds_path) and ref["rows"] == 300
+    mixing = meta["mixing"]
+    assert mixing["schedule"] == {"type": "Linear", "start": 0.75, "end": 0.25, "steps": 10}
+    assert mixing["step"] == 4 and mixing["base_offline_fraction"] == 0.75
+    assert mixing["offline_fraction"] == pytest.approx(0.55)
+    sampler = meta["sources"]["online"]["sampler"]
+    assert sampler["type"].endswith("PrioritizedSampler")
+    assert sampler["state"]["priorities"]["__tensor__"]["dtype"] == "float64"
+    assert meta["generators"]["main"]["state"]["__tensor__"]["dtype"] == "uint8"
+
+
+@needs_extras
+def test_callable_schedules_are_kept_from_the_buffer(tmp_path):
+    def half_then_quarter(step):
+        return 0.5 if step < 3 else 0.25
+
+    a = OfflineToOnlineReplayBuffer(OFFLINE, online_capacity=9, offline_fraction=half_then_quarter, batch_size=8, generator=1)
+    a.extend(id_rows(0, 5))
+    a.set_step(4)
+    a.dumps(tmp_path / "ck")
+    b = OfflineToOnlineReplayBuffer(OFFLINE, online_capacity=9, offline_fraction=half_then_quarter, batch_size=8, generator=1)
+    b.loads(tmp_path / "ck")
+    assert b.offline_fraction == 0.25
+    assert_same(a.sample(), b.sample())
+    c = _o2o(9, None)
+    with pytest.raises(CheckpointError, match="was a plain function .* build the buffer with that same function"):
+        c.loads(tmp_path / "ck")
+
+
+# -- refusals ---------------------------------------------------------------------------------
+
+
+def _saved(tmp_path, make=None) -> Path:
+    a = (make or (lambda: _o2o(10, None)))()
+    a.extend(id_rows(0, 12))
+    a.sample()
+    path = tmp_path / "ck"
+    a.dumps(path)
+    return path
+
+
+def _edit_metadata(path: Path, edit, *, fix_checksum: bool) -> None:
+    from mixreplay.checkpoint import _checksum
+
+    meta = json.loads((path / METADATA).read_text())
+    meta.pop("checksum")
+    edit(meta)
+    if fix_checksum:
+        meta["checksum"] = _checksum(meta)
+    (path / METADATA).write_text(json.dumps(meta))
+
+
+def _rows_file(path: Path) -> Path:
+    return path / "sources.online.storage.rows.bin"
+
+
+def _truncate(path):
+    f = _rows_file(path)
+    f.write_bytes(f.read_bytes()[:-8])
+
+
+def _flip_a_byte(path):
+    f = _rows_file(path)
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    f.write_bytes(bytes(data))
+
+
+CORRUPTIONS = {
+    "unknown format version": (
+        lambda p: _edit_metadata(p, lambda m: m.update(format_version=99), fix_checksum=True),
+        r"checkpoint format version 99; this mixreplay .* reads version 1"),
+    "not a checkpoint format": (
+        lambda p: _edit_metadata(p, lambda m: m.update(format="something-else"), fix_checksum=True),
+        "is not a mixreplay checkpoint \\(format 'something-else'"),
+    "edited metadata": (
+        lambda p: _edit_metadata(p, lambda m: m["sources"]["online"]["storage"].update(cursor=1), fix_checksum=False),
+        "metadata.json was edited or corrupted"),
+    "edited metadata with a matching checksum": (
+        lambda p: _edit_metadata(p, lambda m: m["sources"]["online"]["storage"].update(cursor=10), fix_checksum=True),
+        r"inconsistent ring \(len=10, cursor=10, write_count=12, max_size=10\); the checkpoint is corrupt"),
+    "invalid JSON": (lambda p: (p / METADATA).write_text("{not json"), "metadata.json is not valid JSON"),
+    "missing metadata": (lambda p: (p / METADATA).unlink(), "metadata.json is missing"),
+    "missing checkpoint": (lambda p: shutil.rmtree(p), "no checkpoint at .*: the directory does not exist"),
+    "missing tensor file": (lambda p: _rows_file(p).unlink(), r"rows.bin is missing; the checkpoint is incomplete"),
+    "truncated tensor file": (_truncate, r"holds \d+ bytes, expected \d+ \(int64\[10, \d+\]\); the file is truncated"),
+    "corrupt tensor file": (_flip_a_byte, "is corrupt: its CRC-32 is"),
+    "malformed state": (
+        lambda p: _edit_metadata(p, lambda m: m["sources"]["online"].pop("storage"), fix_checksum=True),
+        "the checkpoint state is malformed \\(KeyError: 'storage'\\)"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(CORRUPTIONS))
+def test_corrupt_checkpoints_are_refused_and_the_buffer_is_unchanged(tmp_path, what):
+    path = _saved(tmp_path)
+    corrupt, match = CORRUPTIONS[what]
+    corrupt(path)
+    rb = _o2o(10, None)
+    rb.extend(id_rows(500, 3))
+    before = rb.state_dict()
+    with pytest.raises(CheckpointError, match=match):
+        rb.loads(path)
+    assert_state_equal(before, rb.state_dict())
+
+
+def _obs4_rows(start, n):
+    td = id_rows(start, n)
+    td["observation"] = torch.zeros(n, 4)
+    return td
+
+
+MISFITS = {
+    "another capacity": (lambda: _o2o(11, None), None, r"max_size 10, this buffer's holds 11; build the buffer with the same capacity \(e.g. online_capacity=10\)"),
+    "another buffer kind": (lambda: _replay(10, None), None, "holds a OfflineToOnlineReplayBuffer, not a ReplayBuffer"),
+    "another sampler": (
+        lambda: OfflineToOnlineReplayBuffer(OFFLINE, online_capacity=10, online_sampler=RandomSampler(replacement=False), generator=5),
+        None, r"sampler's settings differ \(replacement: saved None, buffer False\)"),
+    "another schema in the buffer": (
+        lambda: ReplayBuffer(storage=LazyTensorStorage(10), generator=3),
+        lambda rb: rb.extend(_obs4_rows(0, 2)),
+        r"rows do not match this buffer's \('observation': buffer float32\[4\], checkpoint float32\[3\] \(shape\)\)"),
+    "another offline dataset": (
+        lambda: OfflineToOnlineReplayBuffer(OfflineDataset.from_tensordict(id_rows(OFFLINE_BASE, 299)), online_capacity=10, generator=5),
+        None, r"offline source 'offline' is not the dataset this checkpoint was saved with .*fingerprint .* saved, .* given; 300 rows saved, 299 given.*allow_offline_mismatch=True"),
+    "an offline dataset of another schema": (
+        lambda: OfflineToOnlineReplayBuffer(OfflineDataset.from_tensordict(_obs4_rows(OFFLINE_BASE, 300)), online_capacity=10, generator=5),
+        None, "offline source 'offline' is not the dataset"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(MISFITS))
+def test_checkpoints_that_do_not_fit_the_buffer_are_refused(tmp_path, what):
+    make, prepare, match = MISFITS[what]
+    saved_from = (lambda: _replay(10, None)) if what == "another schema in the buffer" else None
+    path = _saved(tmp_path, saved_from)
+    rb = make()
+    if prepare:
+        prepare(rb)
+    before = rb.state_dict()
+    with pytest.raises(CheckpointError, match=match):
+        rb.loads(path)
+    assert_state_equal(before, rb.state_dict())
+
+
+def test_offline_mismatch_can_be_overridden(tmp_path, caplog):
+    path = _saved(tmp_path)
+    other = OfflineDataset.from_tensordict(id_rows(OFFLINE_BASE + 1, 300))  # same shape, other rows
+    rb = OfflineToOnlineReplayBuffer(other, online_capacity=10, offline_fraction=0.3, batch_size=10, generator=5)
+    with pytest.raises(CheckpointError, match="fingerprint"):
+        rb.loads(path)
+    rb.loads(path, allow_offline_mismatch=True)
+    assert "resuming anyway" in caplog.text
+    assert len(rb.online_buffer) == 10 and rb.online_buffer.storage.write_count == 12
+
+
+def test_in_memory_states_are_checked_too():
+    rb = _o2o(10, None)
+    with pytest.raises(CheckpointError, match="a checkpoint state is a dict, got list"):
+        rb.load_state_dict([])
+    state = _o2o(10, None).state_dict()
+    state["format_version"] = 2
+    with pytest.raises(CheckpointError, match="format version 2"):
+        rb.load_state_dict(state)
+
+
+def test_dumps_never_replaces_a_directory_that_is_not_a_checkpoint(tmp_path):
+    precious = tmp_path / "data"
+    precious.mkdir()
+    (precious / "keep.txt").write_text("mine")
+    rb = _o2o(10, None)
+    with pytest.raises(CheckpointError, match="exists and is not a mixreplay checkpoint; refusing to replace it"):
+        rb.dumps(precious)
+    assert (precious / "keep.txt").read_text() == "mine"
+
+
+def test_foreign_online_storages_cannot_be_saved(tmp_path):
+    class DictStorage:  # the TorchRL Storage surface mixreplay drives
+        max_size = 10
+
+        def __init__(self):
+            self.data = None
+
+        def set(self, index, data):
+            self.data = data
+
+        def get(self, index):
+            return self.data[index]
+
+        def __len__(self):
+            return 0 if self.data is None else self.data.batch_size[0]
+
+    rb = OfflineToOnlineReplayBuffer(OFFLINE, online_storage=DictStorage())
+    with pytest.raises(CheckpointError, match="source 'online' keeps its rows in ForeignStorage.*checkpoints save mixreplay storages only"):
+        rb.dumps(tmp_path / "ck")
+    assert not (tmp_path / "ck").exists() and os.listdir(tmp_path) == []
+
+
+# -- crash safety -----------------------------------------------------------------------------
+
+
+def test_an_interrupted_swap_is_recovered(tmp_path):
+    path = _saved(tmp_path)
+    aside = tmp_path / ".ck.old"
+    # Killed between "old aside" and "new in": only the aside copy exists.
+    os.replace(path, aside)
+    stale_tmp = tmp_path / ".ck.tmp-999999999-abc"  # a dead writer's half-written directory
+    stale_tmp.mkdir()
+    (stale_tmp / "sources.online.storage.rows.bin").write_bytes(b"\0" * 10)
+    rb = _o2o(10, None)
+    rb.loads(path)
+    assert path.is_dir() and not aside.exists() and len(rb.online_buffer) == 10
+    # Killed while removing the old copy: both exist, the new one wins and the old is dropped.
+    shutil.copytree(path, aside)
+    (aside / METADATA).write_text("{half deleted")
+    rb.loads(path)
+    rb.dumps(path)
+    assert sorted(os.listdir(tmp_path)) == ["ck"]  # aside and the dead writer's temp dir are gone
+
+
+ZYGOTE = textwrap.dedent(
+    r'''
+    import os, sys, traceback
+    import torch
+    torch.set_num_threads(1)
+    from tensordict import TensorDict
+    from mixreplay import OfflineDataset, OfflineToOnlineReplayBuffer
+
+    path, capacity = sys.argv[1], int(sys.argv[2])
+
+    def id_rows(start, n):
+        f = torch.arange(start, start + n, dtype=torch.float32).unsqueeze(-1)
+        return TensorDict({"observation": f.expand(n, 3).clone(), "next": {"reward": f.clone()}}, [n])
+
+    def make():
+        off = OfflineDataset.from_tensordict(id_rows(-1000, 50))
+        return OfflineToOnlineReplayBuffer(off, online_capacity=capacity, batch_size=64, generator=0)
+
+    for line in sys.stdin:
+        cmd, *args = line.split()
+        if cmd == "fork":
+            pid = os.fork()
+            if pid == 0:  # the writer: resume from the checkpoint, then write, sample, save, forever
+                try:
+                    rb = make()
+                    rb.loads(path)
+                    n = rb.online_buffer.storage.write_count
+                    while True:
+                        rb.extend(id_rows(n, 997))
+                        n += 997
+                        rb.sample()
+                        rb.dumps(path)
+                except BaseException:
+                    traceback.print_exc()
+                    sys.stderr.flush()
+                os._exit(1)
+            print(pid, flush=True)
+        elif cmd == "wait":
+            _, status = os.waitpid(int(args[0]), 0)
+            print(status, flush=True)
+    '''
+)
+
+
+def _zygote_rows(start, n):
+    f = torch.arange(start, start + n, dtype=torch.float32).unsqueeze(-1)
+    return TensorDict({"observation": f.expand(n, 3).clone(), "next": {"reward": f.clone()}}, [n])
+
+
+def _zygote_buffer(capacity):
+    off = OfflineDataset.from_tensordict(_zygote_rows(-1000, 50))
+    return OfflineToOnlineReplayBuffer(off, online_capacity=capacity, batch_size=64, generator=0)
+
+
+def test_sigkill_at_random_moments_of_dumps_leaves_a_loadable_checkpoint(tmp_path):
+    """A writer process is killed (SIGKILL) 25 times at random instants while it saves in a loop.
+
+    After every kill the checkpoint loads, its rows are exactly the ring a run of
+    ``write_count`` writes holds, and it never goes back to an older state.
+    The writers fork from one process that imported torch once (a fresh
+    interpreter per kill would take seconds).
+    """
+    capacity, kills = 20_000, 25
+    path = tmp_path / "ck"
+    first = _zygote_buffer(capacity)
+    first.extend(_zygote_rows(0, 997))
+    first.dumps(path)
+    log = (tmp_path / "zygote.log").open("w+")
+    zygote = subprocess.Popen(
+        [sys.executable, "-c", ZYGOTE, str(path), str(capacity)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+    )
+    rng = random.Random(0)
+    last, interrupted = 0, 0
+    try:
+        for _ in range(kills):
+            zygote.stdin.write("fork\n")
+            zygote.stdin.flush()
+            pid = int(zygote.stdout.readline())
+            time.sleep(rng.uniform(0.03, 0.25))
+            os.kill(pid, signal.SIGKILL)
+            zygote.stdin.write(f"wait {pid}\n")
+            zygote.stdin.flush()
+            status = int(zygote.stdout.readline())
+            log.seek(0)
+            assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, log.read()
+            leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".ck.")]
+            interrupted += bool(leftovers)
+            rb = _zygote_buffer(capacity)
+            rb.loads(path)
+            storage = rb.online_buffer.storage
+            written = storage.write_count
+            assert written >= last and written % 997 == 0
+            slots = torch.arange(len(storage))
+            newest = written - 1 - ((written - 1 - slots) % capacity)  # the last id written to each slot
+            assert torch.equal(storage.column(("next", "reward")).squeeze(-1).long(), newest)
+            last = written
+    finally:
+        zygote.stdin.close()
+        zygote.wait(timeout=30)
+        zygote.stdout.close()
+        log.close()
+    assert last > 997  # the writers made progress
+    assert interrupted >= 1  # some kills landed inside a save (temporary or aside directory left)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_a_ring_on_the_gpu_resumes_exactly(tmp_path):
+    def make():
+        return OfflineToOnlineReplayBuffer(OFFLINE, online_storage=LazyTensorStorage(9, device="cuda"),
+                                           batch_size=10, generator=5)
+
+    a = make()
+    a.extend(id_rows(0, 13))
+    a.sample()
+    a.dumps(tmp_path / "ck")
+    b = make()
+    b.loads(tmp_path / "ck")
+    assert b.online_buffer.storage.rows.device.type == "cuda"
+    for _ in range(3):
+        assert_same(a.sample(), b.sample())
+
+
+@pytest.mark.parametrize("kind", sorted(BUILDERS))
+def test_the_directory_holds_exactly_the_state_dict(kind, tmp_path):
+    rb = BUILDERS[kind](6, tmp_path)
+    write(rb, 0, 9)
+    step(rb, 0, random.Random(0))
+    rb.dumps(tmp_path / "ck")
+    assert_state_equal(rb.state_dict(), read_state(tmp_path / "ck"))
+
+
+def test_a_plain_buffer_as_offline_side_is_fingerprinted_by_its_rows(tmp_path):
+    offline = ReplayBuffer(storage=LazyTensorStorage(400), generator=1)
+    offline.extend(id_rows(OFFLINE_BASE, 300))
+
+    def make():
+        return OfflineToOnlineReplayBuffer(offline, online_capacity=10, batch_size=8, generator=2)
+
+    a = make()
+    a.extend(id_rows(0, 4))
+    a.dumps(tmp_path / "ck")
+    b = make()
+    b.loads(tmp_path / "ck")
+    assert_same(a.sample(), b.sample())
+    offline.extend(id_rows(0, 1))  # the "offline" rows changed since the save
+    with pytest.raises(CheckpointError, match="offline source 'offline' is not the dataset .*300 rows saved, 301 given"):
+        make().loads(tmp_path / "ck")

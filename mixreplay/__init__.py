@@ -8,6 +8,7 @@ from mixreplay._version import __version__
 from mixreplay.buffer import ReplayBuffer
 from mixreplay.datasets import OfflineDataset, list_prefixes, load_dataset, register_dataset
 from mixreplay.errors import (
+    BufferActorError,
     CheckpointError,
     DatasetError,
     DatasetNotFoundError,
@@ -25,6 +26,7 @@ from mixreplay.split import split_counts
 from mixreplay.storage import FrozenStorage, LazyMemmapStorage, LazyTensorStorage, TensorStorage
 
 __all__ = [
+    "BufferActorError",
     "CheckpointError",
     "DatasetError",
     "DatasetNotFoundError",

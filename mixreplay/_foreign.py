@@ -102,6 +102,15 @@ class ForeignStorage:
         self._write_count = 0
         self._schema: Schema | None = None
 
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("lock", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.RLock()
+
     def __len__(self) -> int:
         return len(self.inner)
 

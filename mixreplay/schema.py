@@ -339,6 +339,10 @@ class RowLayout:
             node[f.key[-1]] = src[f.key[-1]]
         return ordered
 
+    def __reduce__(self):
+        # the generated unpack function is rebuilt from the schema, not pickled
+        return (RowLayout, (self.schema,))
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RowLayout) and self.fields == other.fields
 

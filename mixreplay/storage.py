@@ -89,6 +89,17 @@ class _PackedRows:
         # Re-entrant: a buffer holds it across storage.extend and its sampler's on_extend.
         self.lock = threading.RLock()
 
+    def __getstate__(self) -> dict:
+        # A lock cannot be pickled; the copy gets a fresh one. Rows travel as tensors
+        # (a memory-mapped storage arrives as an in-memory copy).
+        state = self.__dict__.copy()
+        state.pop("lock", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.RLock()
+
     @property
     def layout(self) -> RowLayout | None:
         """The packed layout, or ``None`` before the first write."""

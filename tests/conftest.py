@@ -14,7 +14,8 @@ def _isolated_roots(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(root / "minari"))
     monkeypatch.setenv("MIXREPLAY_DATA_DIR", str(root / "mixreplay"))
     monkeypatch.setenv("D4RL_DATASET_DIR", str(root / "d4rl"))
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # throwaway local test clusters only
+    monkeypatch.setenv("RAY_TMPDIR", str(root / "ray"))
     monkeypatch.chdir(root)  # MuJoCo writes MUJOCO_LOG.TXT into the working directory
 
 

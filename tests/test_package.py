@@ -18,7 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 def test_exported_members_are_sorted_and_pinned():
     assert mixreplay.__all__ == sorted(mixreplay.__all__)
     assert set(mixreplay.__all__) == {
-        "CheckpointError", "DatasetError", "DatasetNotFoundError", "EmptyBufferError", "Field",
+        "BufferActorError", "CheckpointError", "DatasetError", "DatasetNotFoundError", "EmptyBufferError", "Field",
         "FrozenStorage", "LazyMemmapStorage", "LazyTensorStorage", "MissingDependencyError",
         "MixreplayError", "MixtureReplayBuffer", "OfflineDataset", "OfflineToOnlineReplayBuffer",
         "RandomSampler", "ReadOnlyError", "ReplayBuffer", "Sampler", "Schema", "SchemaMismatchError",

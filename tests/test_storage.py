@@ -176,3 +176,20 @@ def test_frozen_storage_is_read_only():
     with pytest.raises(ReadOnlyError, match="read-only"):
         f.extend(ted_rows(1))
     assert len(f) == 5 and f[4]["next", "reward"].item() == 4.0
+
+
+def test_storages_and_buffers_pickle(kind, tmp_path):
+    import pickle
+
+    from mixreplay import OfflineToOnlineReplayBuffer, ReplayBuffer
+
+    s = make_storage(kind, 8, tmp_path)
+    s.extend(ted_rows(5))
+    copy = pickle.loads(pickle.dumps(s))
+    assert len(copy) == 5 and torch.equal(copy[:]["next", "reward"].cpu(), s[:]["next", "reward"].cpu())
+    copy.extend(ted_rows(2))  # a working lock and layout after the round trip
+    assert len(copy) == 7 and len(s) == 5
+    rb = OfflineToOnlineReplayBuffer(ReplayBuffer(storage=FrozenStorage.from_tensordict(ted_rows(10))),
+                                     online_storage=s, generator=0)
+    twin = pickle.loads(pickle.dumps(rb))
+    assert torch.equal(twin.sample(6)["next", "reward"].cpu(), rb.sample(6)["next", "reward"].cpu())

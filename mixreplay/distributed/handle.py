@@ -1,0 +1,464 @@
+"""RayReplayBuffer: a replay buffer in a Ray actor, reached through a picklable handle."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import sys
+import warnings
+import weakref
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+from mixreplay.distributed.host import BufferHost, info_tensordict
+from mixreplay.distributed.pipeline import CallPipeline
+from mixreplay.distributed.wire import (
+    MAX_MESSAGE_BYTES,
+    LayoutCache,
+    Packer,
+    check_rows,
+    message_slices,
+)
+from mixreplay.errors import BufferActorError, require
+
+__all__ = ["RayReplayBuffer"]
+
+log = logging.getLogger(__name__)
+
+_REMOTE_HOST = None
+
+
+def _ray():
+    return require("ray", "ray", "mixreplay.distributed.RayReplayBuffer")
+
+
+def _host_class(ray):
+    global _REMOTE_HOST
+    if _REMOTE_HOST is None:
+        _REMOTE_HOST = ray.remote(BufferHost)
+    return _REMOTE_HOST
+
+
+def _check_count(value, name: str, *, minimum: int, allow_none: bool = False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+class RayReplayBuffer:
+    """A replay buffer hosted in a Ray actor, used through this handle as if it were local.
+
+    The actor calls ``buffer_cls(*args, **kwargs)`` itself: an offline dataset
+    given by ID or path (``"memmap:/data/hopper"``, ``"minari:..."``) is opened,
+    memory-mapped, on the actor's node and never travels. The handle has the
+    buffer's methods and properties (``extend``, ``sample``, ``anneal``,
+    ``set_step``, ``update_priority``, ``dumps``, ``loads``, ``state_dict``,
+    ``offline_fraction``, ``len()`` ...), each one a call to the actor.
+
+    The handle pickles: hand it to Ray tasks and actors, on any node, and their
+    writes reach the same buffer. Rows travel packed (one ``int64`` array per
+    message, see :mod:`mixreplay.distributed.wire`); collectors that push many
+    rows should use :meth:`writer`, which batches rows and keeps a few writes in
+    flight.
+
+    Args:
+        buffer_cls: the buffer class to host, e.g. :class:`~mixreplay.OfflineToOnlineReplayBuffer`
+            (or any importable factory returning a buffer).
+        *args, **kwargs: its arguments, passed to it inside the actor.
+
+    Keyword Args:
+        ray_options: options for the actor (``ray.remote(...).options(**ray_options)``):
+            ``num_cpus``, ``resources``, ``name``, ``max_restarts``, ``max_task_retries`` ...
+        prefetch: sample requests kept in flight by :meth:`sample` (0: none).
+        device: where sampled batches land (one copy of the packed rows, then typed views).
+        checkpoint_dir: an absolute directory, on the actor's node, for checkpoints.
+        checkpoint_every: save a checkpoint after every this many rows written.
+        resume: load the checkpoint already in ``checkpoint_dir`` when the actor starts.
+
+    These keywords belong to the handle; every other keyword goes to ``buffer_cls``.
+
+    Reproducibility: the actor executes one caller's calls in the order they were
+    made, so with no other process writing, the batches are exactly those a local
+    buffer with the same seed would return, prefetching or not. Collectors writing
+    concurrently make the batches depend on how their writes interleave with the
+    learner's requests, i.e. on timing.
+
+    Failures: a collector that dies loses only the rows it had not sent. If the
+    actor dies, every call raises :class:`~mixreplay.errors.BufferActorError`;
+    with ``ray_options={"max_restarts": ...}`` and ``checkpoint_dir``, Ray
+    restarts it and it reloads its last checkpoint (rows written after it are lost).
+
+    Ray must be initialized first (``ray.init()``); mixreplay never starts Ray or
+    changes its network or authentication settings.
+
+    Examples:
+        >>> import tempfile, ray, torch
+        >>> from tensordict import TensorDict
+        >>> from mixreplay import OfflineToOnlineReplayBuffer
+        >>> from mixreplay.datasets.memmap import write_memmap_dataset
+        >>> from mixreplay.distributed import RayReplayBuffer
+        >>> path = write_memmap_dataset(tempfile.mkdtemp() + "/offline",
+        ...                             TensorDict({"obs": torch.zeros(100, 3)}, [100]))
+        >>> _ = ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR")
+        >>> rb = RayReplayBuffer(OfflineToOnlineReplayBuffer, f"memmap:{path}",  # opened by the actor
+        ...                      online_capacity=1000, batch_size=8, generator=0, prefetch=2)
+        >>> rb.extend(TensorDict({"obs": torch.ones(10, 3)}, [10])).tolist()
+        [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+        >>> rb.sample()["obs"][:, 0].tolist()   # 4 offline rows, then 4 online
+        [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+        >>> with rb.writer() as w:                # batched, non-blocking writes (for collectors)
+        ...     for i in range(5):
+        ...         w.add(TensorDict({"obs": torch.full((3,), 2.0)}, []))
+        >>> len(rb), rb.offline_fraction
+        (115, 0.5)
+        >>> rb.kill(); ray.shutdown()
+    """
+
+    def __init__(self, buffer_cls, *args, ray_options=None, prefetch: int = 0, device=None,
+                 checkpoint_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
+                 resume: bool = False, **kwargs):
+        ray = _ray()
+        if not callable(buffer_cls):
+            raise TypeError(
+                f"buffer_cls must be a buffer class (or a factory), got {type(buffer_cls).__name__}; "
+                "e.g. RayReplayBuffer(OfflineToOnlineReplayBuffer, dataset, online_capacity=...)"
+            )
+        if ray_options is not None and not isinstance(ray_options, Mapping):
+            raise TypeError(f"ray_options must be a dict of actor options, got {type(ray_options).__name__}")
+        options = dict(ray_options or {})
+        if options.get("max_concurrency", 1) != 1:
+            raise ValueError(
+                f"ray_options max_concurrency must be 1, got {options['max_concurrency']!r}: the buffer "
+                "actor runs calls one at a time, in order, which reproducible batches and whole-message "
+                "writes rely on; scale out with more collectors, not actor threads"
+            )
+        prefetch = _check_count(prefetch, "prefetch", minimum=0)
+        checkpoint_every = _check_count(checkpoint_every, "checkpoint_every", minimum=1, allow_none=True)
+        if checkpoint_dir is not None:
+            checkpoint_dir = os.fspath(checkpoint_dir)
+            if not os.path.isabs(checkpoint_dir):
+                raise ValueError(
+                    f"checkpoint_dir must be an absolute path (the actor, maybe on another node, "
+                    f"opens it from its own working directory), got {checkpoint_dir!r}"
+                )
+        elif checkpoint_every is not None or resume:
+            raise ValueError(
+                f"checkpoint_every={checkpoint_every!r} / resume={resume!r} need checkpoint_dir='/abs/dir'"
+            )
+        if options.get("max_restarts") and checkpoint_dir is None:
+            warnings.warn(
+                f"max_restarts={options['max_restarts']} without checkpoint_dir: a restarted buffer "
+                "actor comes back empty; pass checkpoint_dir='/abs/dir' and checkpoint_every=N rows",
+                UserWarning,
+                stacklevel=2,
+            )
+        if not ray.is_initialized():
+            raise BufferActorError(
+                "Ray is not initialized: call ray.init() for a local cluster, or "
+                "ray.init(address='auto') on a node of a running cluster, before creating a "
+                "RayReplayBuffer (mixreplay never starts Ray itself, so it never chooses its "
+                "network or authentication settings)"
+            )
+        try:
+            actor = _host_class(ray).options(**options).remote(
+                buffer_cls, args, kwargs,
+                checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=bool(resume),
+            )
+        except TypeError as err:
+            if "serialize" not in str(err):
+                raise
+            raise TypeError(
+                f"the arguments of {getattr(buffer_cls, '__qualname__', buffer_cls)} are sent to the "
+                f"actor and could not be pickled ({str(err).splitlines()[0][:200]}). Pass large offline data by ID or path "
+                "('memmap:/dir', 'minari:<id>', 'd4rl:<file>'), which the actor opens itself "
+                "instead of receiving a copy, or a module-level factory function as buffer_cls"
+            ) from err
+        name = getattr(buffer_cls, "__qualname__", repr(buffer_cls))
+        self._setup(actor, {"buffer": name}, prefetch, device)
+        try:
+            self._describe = self._get(actor.describe.remote())
+        except BaseException:
+            ray.kill(actor)
+            raise
+
+    def _setup(self, actor, describe: dict, prefetch: int, device) -> None:
+        self._actor = actor
+        self._describe = describe
+        self._prefetch = prefetch
+        self._device = None if device is None else torch.device(device)
+        self._queue: collections.deque = collections.deque()
+        self._queue_key = None
+        self._packer = Packer()
+        self._layouts = LayoutCache()
+        self._pipeline: CallPipeline | None = None  # started by the first prefetching sample
+
+    @classmethod
+    def connect(cls, name: str, *, namespace: str | None = None, prefetch: int = 0, device=None) -> RayReplayBuffer:
+        """A handle on a buffer actor created elsewhere with ``ray_options={"name": name}``."""
+        ray = _ray()
+        if not ray.is_initialized():
+            raise BufferActorError("Ray is not initialized: call ray.init(address=...) first")
+        actor = ray.get_actor(name, namespace=namespace)
+        self = cls.__new__(cls)
+        self._setup(actor, {"buffer": name}, _check_count(prefetch, "prefetch", minimum=0), device)
+        self._describe = self._get(actor.describe.remote())
+        return self
+
+    def __reduce__(self):
+        # Prefetched batches and threads stay behind: a copy starts with nothing in flight.
+        return _rebuild, (self._actor, self._describe, self._prefetch, self._device)
+
+    # -- calls --------------------------------------------------------------------------------
+
+    def _get(self, refs):
+        return _get(refs, self._describe, self._actor)
+
+    def _submit(self, method, *args):
+        """``method.remote(*args)``, after every call this handle queued before it."""
+        if self._pipeline is None:
+            return method.remote(*args)
+        return self._pipeline.submit(method, *args)
+
+    def _call(self, method, *args):
+        return self._get(self._submit(method, *args))
+
+    def __getattr__(self, name: str):
+        describe = self.__dict__.get("_describe")
+        if name.startswith("_") or describe is None:
+            raise AttributeError(name)
+        if name in describe.get("methods", ()):
+            return RemoteMethod(self, name)
+        if name in describe.get("properties", ()):
+            return self._call(self._actor.get, name)
+        raise AttributeError(
+            f"{type(self).__name__} hosting {describe.get('buffer')} has no attribute {name!r}; "
+            f"methods: {describe.get('methods')}; properties: {describe.get('properties')}"
+        )
+
+    def __dir__(self):
+        d = self.__dict__.get("_describe") or {}
+        return sorted(set(super().__dir__()) | set(d.get("methods", ())) | set(d.get("properties", ())))
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def extend(self, data: TensorDictBase, **kwargs) -> torch.Tensor:
+        """Write rows (a ``[n]`` TensorDict) and return the slots written, like the buffer's ``extend``.
+
+        Blocks until the actor has written them. Keyword arguments go to the
+        buffer's ``extend`` (``source="name"`` for a :class:`~mixreplay.MixtureReplayBuffer`).
+        Rows of a large call may travel as several messages (see
+        :mod:`~mixreplay.distributed.wire`), so a concurrent sample may see part of
+        them. Collectors should prefer :meth:`writer`, which does not wait.
+        """
+        n = check_rows(data)
+        words = self._packer.pack(data)
+        key, row_bytes = self._packer.key, self._packer.layout.row_bytes
+        method = self._actor.extend_packed
+        refs = [self._submit(method, key, words[s], kwargs, True) for s in message_slices(n, row_bytes)]
+        parts = self._get(refs)
+        return torch.from_numpy(parts[0].copy() if len(parts) == 1 else np.concatenate(parts))
+
+    def add(self, row: TensorDictBase, **kwargs) -> int:
+        """Write one row (batch ``[]``): one round trip to the actor. See :meth:`writer`."""
+        if not isinstance(row, TensorDictBase):
+            raise TypeError(f"add expects a TensorDict row, got {type(row).__name__}")
+        if row.batch_dims != 0:
+            raise ValueError(
+                f"add expects one row (batch_size=[]), got batch_size={list(row.batch_size)}; "
+                "use extend() for several rows"
+            )
+        words = self._packer.pack(row)  # packed as it is: no unsqueeze of the TensorDict
+        return int(self._call(self._actor.extend_packed, self._packer.key, words, kwargs, True)[0])
+
+    def writer(self, *, chunk_rows: int | None = None, max_in_flight: int = 4,
+               max_message_bytes: int = MAX_MESSAGE_BYTES, **extend_kwargs):
+        """A :class:`~mixreplay.distributed.RayWriter`: batched writes that do not wait.
+
+        Args:
+            chunk_rows: rows per message; by default as many as Ray sends inline (~96 KiB).
+            max_in_flight: messages sent and not yet acknowledged; beyond, rows are coalesced.
+            max_message_bytes: the largest coalesced message (4 MiB); then the writer waits.
+            **extend_kwargs: passed to the buffer's ``extend`` (e.g. ``source="name"``).
+        """
+        from mixreplay.distributed.writer import RayWriter
+
+        return RayWriter(self, chunk_rows=chunk_rows, max_in_flight=max_in_flight,
+                         max_message_bytes=max_message_bytes, **extend_kwargs)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def sample(self, batch_size: int | None = None, *, return_info: bool = False, prefetch: int | None = None):
+        """Draw a batch, keeping ``prefetch`` more requests in flight.
+
+        With ``prefetch=k > 0`` each call returns the oldest request's batch and
+        sends a new one, so ``k`` batches are drawn, fetched and decoded (by two
+        background threads) while the caller computes. Batches come back in
+        request order, and every call of the handle reaches the actor in the order
+        it was made, so the sequence is the one a local buffer would draw.
+
+        A prefetched batch is drawn when it is *requested*: a ``set_step``,
+        ``anneal`` or ``update_priority`` made now shapes the batches requested
+        after it, i.e. ``k`` batches later. Changing ``batch_size`` or
+        ``return_info`` drops the requests in flight (their draws are spent).
+
+        Args:
+            batch_size: rows to draw; the buffer's default when ``None``.
+
+        Keyword Args:
+            return_info: also return the buffer's ``info`` TensorDict.
+            prefetch: overrides the handle's ``prefetch`` for this call.
+        """
+        k = self._prefetch if prefetch is None else _check_count(prefetch, "prefetch", minimum=0)
+        key = (batch_size, bool(return_info))
+        queue = self._queue
+        if queue and self._queue_key != key:
+            log.debug("dropping %d prefetched batches drawn for %s", len(queue), self._queue_key)
+            queue.clear()
+        if k == 0 and not queue:
+            result = self._call(self._actor.sample_packed, batch_size, bool(return_info))
+            batch, info = _decode(result, self._layouts, self._device)
+            return (batch, info) if return_info else batch
+        self._queue_key = key
+        if self._pipeline is None:
+            self._start_pipeline()
+        request = self._pipeline.prefetch
+        if not queue:
+            queue.append(request(self._actor.sample_packed, batch_size, bool(return_info)))
+        try:
+            batch, info = queue.popleft().result()
+        except BaseException:
+            queue.clear()
+            raise
+        # Topped up only now: waking the sender thread before taking the batch would
+        # make this thread wait for the GIL while the sender submits.
+        while len(queue) < k:
+            queue.append(request(self._actor.sample_packed, batch_size, bool(return_info)))
+        return (batch, info) if return_info else batch
+
+    def _start_pipeline(self) -> None:
+        # The threads hold what fetching needs, never the handle: a dropped handle is
+        # collected, and its finalizer stops them.
+        describe, actor, layouts, device = self._describe, self._actor, self._layouts, self._device
+
+        def fetch(ref):
+            return _decode(_get(ref, describe, actor), layouts, device)
+
+        self._pipeline = CallPipeline(fetch)
+        weakref.finalize(self, self._pipeline.close)
+
+    def __len__(self) -> int:
+        return self._call(self._actor.length)
+
+    # -- the actor ----------------------------------------------------------------------------
+
+    @property
+    def actor(self):
+        """The Ray actor handle (for ``ray.kill``, or calls of your own)."""
+        return self._actor
+
+    @property
+    def prefetch(self) -> int:
+        return self._prefetch
+
+    def actor_info(self) -> dict:
+        """The actor's pid, node id, whether it was restarted, and its checkpoints."""
+        return self._call(self._actor.info)
+
+    def checkpoint(self) -> str:
+        """Save a checkpoint in ``checkpoint_dir`` now; return its path (on the actor's node)."""
+        return self._call(self._actor.checkpoint)
+
+    def kill(self) -> None:
+        """Stop the actor for good (no restart); its rows are gone unless checkpointed."""
+        self._queue.clear()
+        if self._pipeline is not None:
+            self._pipeline.close()
+            self._pipeline = None
+        sys.modules["ray"].kill(self._actor, no_restart=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self._describe.get('buffer')}, actor={_actor_id(self._actor)}, "
+            f"prefetch={self._prefetch})"
+        )
+
+
+class RemoteMethod:
+    """A buffer method called on the actor: ``rb.set_step(10)`` waits, ``rb.set_step.remote(10)`` does not."""
+
+    def __init__(self, handle: RayReplayBuffer, name: str):
+        self._handle = handle
+        self._name = name
+
+    def __call__(self, *args, **kwargs):
+        h = self._handle
+        return h._call(h._actor.call, self._name, args, kwargs)
+
+    def remote(self, *args, **kwargs):
+        """Send the call, in order with the handle's other calls, and return its ``ray.ObjectRef``."""
+        h = self._handle
+        return h._submit(h._actor.call, self._name, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<remote method {self._name} of {self._handle!r}>"
+
+
+def _get(refs, describe: dict, actor):
+    """``ray.get`` that turns a dead or unreachable actor into a :class:`BufferActorError`."""
+    ray = sys.modules["ray"]
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayActorError as err:
+        raise _actor_error(err, describe, actor) from err
+
+
+def _actor_error(err, describe: dict, actor) -> BufferActorError:
+    ray = sys.modules["ray"]
+    what = (
+        f"the Ray actor hosting the replay buffer ({describe.get('buffer')}, "
+        f"actor {_actor_id(actor)}, pid {describe.get('pid', '?')})"
+    )
+    cause = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+    if isinstance(err, ray.exceptions.ActorUnavailableError):
+        return BufferActorError(
+            f"{what} is unavailable: it is restarting or cannot be reached ({cause}). The call "
+            "may or may not have run. Retry it: a restarted actor reloads its last checkpoint "
+            "(rows written after that checkpoint are lost)"
+        )
+    return BufferActorError(
+        f"{what} died ({cause}); its rows are lost. Create a new RayReplayBuffer; to survive "
+        "a crash, give it ray_options={'max_restarts': -1} and checkpoint_dir='/abs/dir' "
+        "(with checkpoint_every=N rows), so that Ray restarts it and it reloads its last checkpoint"
+    )
+
+
+def _decode(result, layouts: LayoutCache, device):
+    """A ``sample_packed`` result as ``(batch, info)`` (``info`` None unless asked for)."""
+    key, words, shape, info = result
+    if key is None:
+        batch = words
+    else:
+        batch = layouts.unpack(key, words, device)
+        if len(shape) != 1:
+            batch = batch.reshape(shape)
+    if info is None:
+        return batch, None
+    n = len(next(iter(info.values()))) if info else 0
+    return batch, info_tensordict(info, n)
+
+
+def _actor_id(actor) -> str:
+    aid = getattr(actor, "_actor_id", None)
+    return aid.hex()[:12] if aid is not None else "?"
+
+
+def _rebuild(actor, describe, prefetch, device) -> RayReplayBuffer:
+    self = RayReplayBuffer.__new__(RayReplayBuffer)
+    self._setup(actor, describe, prefetch, device)
+    return self

@@ -1,0 +1,240 @@
+"""One training run of the demo: an arm (how batches are drawn), a seed, a number of env steps.
+
+Arms:
+
+- ``online``: SAC on a plain :class:`~mixreplay.ReplayBuffer` of its own experience;
+- ``mixed``: an :class:`~mixreplay.OfflineToOnlineReplayBuffer`, half of every batch offline;
+- ``anneal``: the same buffer with the offline share decayed linearly from 0.5 to 0
+  over the run (``rb.anneal(step, total_steps)`` every step).
+
+:func:`run_arm` is what each worker process executes; it returns one record per
+evaluation and never prints (progress goes to an optional callback).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from mixreplay.demo.data import DEFAULT_DATASET_ID, DEFAULT_ENV_ID
+from mixreplay.demo.sac import SAC, SACConfig
+
+__all__ = ["ARMS", "RunSpec", "load_offline", "make_buffer", "run_arm", "transition"]
+
+log = logging.getLogger(__name__)
+
+ARMS = ("online", "mixed", "anneal")
+OFFLINE_FRACTION = 0.5
+# success rate of the training episodes is taken over this many most recent episodes
+TRAIN_WINDOW = 10
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    """Everything one run needs; picklable, so it travels to a worker process.
+
+    Attributes:
+        arm: one of :data:`ARMS`.
+        seed: seeds the environment, the learner and the buffer.
+        steps: environment steps.
+        env_id: the Gymnasium environment.
+        dataset_id: the offline dataset, as ``load_dataset`` takes it (``"minari:<id>"``).
+        learning_starts: uniform random actions, and no updates, before this step.
+        eval_every: evaluate every this many steps (and at the last step).
+        eval_episodes: deterministic evaluation episodes per evaluation.
+        online_capacity: rows in the online ring.
+        progress_every: call the progress callback every this many steps.
+        sac: the learner's hyperparameters.
+    """
+
+    arm: str
+    seed: int
+    steps: int
+    env_id: str = DEFAULT_ENV_ID
+    dataset_id: str = f"minari:{DEFAULT_DATASET_ID}"
+    learning_starts: int = 256
+    eval_every: int = 500
+    eval_episodes: int = 5
+    online_capacity: int = 100_000
+    progress_every: int = 50
+    sac: SACConfig = dataclasses.field(default_factory=SACConfig)
+
+    def __post_init__(self):
+        if self.arm not in ARMS:
+            raise ValueError(f"unknown arm {self.arm!r}; choose from {', '.join(ARMS)}")
+        for name in ("steps", "eval_every", "eval_episodes", "online_capacity", "progress_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"RunSpec.{name} must be a positive int, got {value!r}")
+
+
+def load_offline(dataset_id: str, *, batch_size: int, generator: torch.Generator):
+    """The offline dataset, through ``load_dataset`` like any user's (``"minari:<id>"``, ...)."""
+    from mixreplay import load_dataset
+
+    return load_dataset(dataset_id, batch_size=batch_size, generator=generator)
+
+
+def make_buffer(spec: RunSpec, generator: torch.Generator):
+    """The arm's buffer: a plain ring for ``online``, the mixing buffer otherwise."""
+    from mixreplay import LazyTensorStorage, OfflineToOnlineReplayBuffer, ReplayBuffer
+
+    batch_size = spec.sac.batch_size
+    if spec.arm == "online":
+        return ReplayBuffer(
+            storage=LazyTensorStorage(spec.online_capacity),
+            batch_size=batch_size,
+            generator=generator,
+        )
+    offline = load_offline(spec.dataset_id, batch_size=batch_size, generator=generator)
+    return OfflineToOnlineReplayBuffer(
+        offline,
+        online_capacity=spec.online_capacity,
+        offline_fraction=OFFLINE_FRACTION,
+        batch_size=batch_size,
+        generator=generator,
+    )
+
+
+def _flag(value: bool) -> torch.Tensor:
+    return torch.tensor([[value]], dtype=torch.bool)
+
+
+_FALSE = torch.zeros(1, 1, dtype=torch.bool)
+
+
+def transition(obs, action, reward, next_obs, terminated: bool, truncated: bool) -> TensorDict:
+    """One TED row, batch ``[1]``: floats as float32, flags as bool ``[1]``.
+
+    The root flags describe ``obs`` itself (never a terminal state here, as in the
+    offline dataset); the ``next`` flags say how the step ended.
+    """
+    term, trunc = _flag(terminated), _flag(truncated)
+    return TensorDict(
+        {
+            "observation": torch.as_tensor(np.asarray(obs, dtype=np.float32)).unsqueeze(0),
+            "action": torch.as_tensor(np.asarray(action, dtype=np.float32)).reshape(1, -1),
+            "done": _FALSE,
+            "terminated": _FALSE,
+            "truncated": _FALSE,
+            "next": {
+                "observation": torch.as_tensor(np.asarray(next_obs, dtype=np.float32)).unsqueeze(0),
+                "reward": torch.tensor([[reward]], dtype=torch.float32),
+                "done": term | trunc,
+                "terminated": term,
+                "truncated": trunc,
+            },
+        },
+        batch_size=[1],
+    )
+
+
+def evaluate(agent: SAC, envs: list, seed: int) -> tuple[float, float]:
+    """Mean return and success rate (share of episodes that terminated) of the deterministic policy.
+
+    Runs one episode in each of ``envs`` (reset with seeds ``seed, seed + 1, ...``) in
+    lockstep, so one batched forward pass serves every episode still running.
+    """
+    observations = [env.reset(seed=seed + k)[0] for k, env in enumerate(envs)]
+    returns = [0.0] * len(envs)
+    successes = [False] * len(envs)
+    running = list(range(len(envs)))
+    while running:
+        actions = agent.act_batch(np.stack([observations[k] for k in running]), deterministic=True)
+        still = []
+        for k, action in zip(running, actions):
+            observations[k], reward, terminated, truncated, _ = envs[k].step(action)
+            returns[k] += float(reward)
+            if terminated:
+                successes[k] = True
+            if not (terminated or truncated):
+                still.append(k)
+        running = still
+    return float(np.mean(returns)), float(np.mean(successes))
+
+
+def run_arm(spec: RunSpec, progress: Callable[[int], None] | None = None) -> list[dict]:
+    """Train one arm on one seed; return one record per evaluation.
+
+    Each record holds ``arm, seed, step, return`` (mean deterministic evaluation
+    return), ``eval_success``, ``train_success`` and ``train_return`` (over the last
+    :data:`TRAIN_WINDOW` finished training episodes), ``train_episodes``,
+    ``offline_fraction``, ``alpha``, ``wall_s`` and ``cpu_s`` (this process's CPU time: the
+    run's cost whatever else shares the machine).
+    """
+    import gymnasium as gym
+
+    start, cpu_start = time.perf_counter(), time.process_time()
+    env = gym.make(spec.env_id)
+    eval_envs = [gym.make(spec.env_id) for _ in range(spec.eval_episodes)]
+    agent = SAC(
+        env.observation_space.low,
+        env.observation_space.high,
+        env.action_space.low,
+        env.action_space.high,
+        config=spec.sac,
+        seed=spec.seed,
+    )
+    buffer = make_buffer(spec, torch.Generator().manual_seed(spec.seed))
+    rng = np.random.default_rng(spec.seed)
+    low, high = env.action_space.low, env.action_space.high
+
+    records: list[dict] = []
+    recent = deque(maxlen=TRAIN_WINDOW)  # (return, terminated) of finished training episodes
+    episodes, episode_return, last_progress = 0, 0.0, 0
+    alpha = agent.alpha
+    obs, _ = env.reset(seed=spec.seed)
+    for step in range(1, spec.steps + 1):
+        if step <= spec.learning_starts:
+            action = rng.uniform(low, high).astype(np.float32)
+        else:
+            action = agent.act(obs)
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        buffer.extend(transition(obs, action, reward, next_obs, terminated, truncated))
+        episode_return += float(reward)
+        obs = next_obs
+        if terminated or truncated:
+            recent.append((episode_return, terminated))
+            episodes += 1
+            episode_return = 0.0
+            obs, _ = env.reset()
+
+        if spec.arm == "anneal":
+            buffer.anneal(step, spec.steps)
+        if step >= spec.learning_starts:
+            alpha = agent.update(buffer)["alpha"]
+
+        if step % spec.eval_every == 0 or step == spec.steps:
+            eval_return, eval_success = evaluate(agent, eval_envs, seed=10_000 + 100 * spec.seed)
+            records.append(
+                {
+                    "arm": spec.arm,
+                    "seed": spec.seed,
+                    "step": step,
+                    "return": eval_return,
+                    "eval_success": eval_success,
+                    "train_success": float(np.mean([t for _, t in recent])) if recent else 0.0,
+                    "train_return": float(np.mean([r for r, _ in recent]))
+                    if recent
+                    else float("nan"),
+                    "train_episodes": episodes,
+                    "offline_fraction": getattr(buffer, "offline_fraction", 0.0),
+                    "alpha": alpha,
+                    "wall_s": time.perf_counter() - start,
+                    "cpu_s": time.process_time() - cpu_start,
+                }
+            )
+            log.debug("%s seed %d step %d: %s", spec.arm, spec.seed, step, records[-1])
+        if progress is not None and (step % spec.progress_every == 0 or step == spec.steps):
+            progress(step - last_progress)
+            last_progress = step
+    for e in (env, *eval_envs):
+        e.close()
+    return records

@@ -1,0 +1,138 @@
+"""Run many :class:`~mixreplay.demo.experiment.RunSpec` in parallel worker processes.
+
+One worker per core, each single-threaded (``torch.set_num_threads(1)``): small
+SAC updates do not speed up with more threads, and runs side by side use the
+cores fully. Workers start with ``forkserver`` where the platform has it, else
+``spawn``; never ``fork``, which would copy the parent's torch thread pools.
+Workers report progress through a queue; the caller turns it into progress bars.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import queue as queue_module
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+__all__ = ["default_workers", "run_specs"]
+
+log = logging.getLogger(__name__)
+
+# set in each worker by _init_worker
+_PROGRESS_QUEUE = None
+
+
+def default_workers() -> int:
+    """The number of cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def _context():
+    methods = mp.get_all_start_methods()
+    return mp.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+def _init_worker(progress_queue, log_level: int) -> None:
+    global _PROGRESS_QUEUE
+    import torch
+
+    torch.set_num_threads(1)
+    logging.basicConfig(level=log_level, format="%(levelname)s %(name)s: %(message)s")
+    _PROGRESS_QUEUE = progress_queue
+
+
+def _run_in_worker(spec):
+    from mixreplay.demo.experiment import run_arm
+
+    q = _PROGRESS_QUEUE
+
+    def progress(n: int) -> None:
+        if q is not None:
+            q.put((spec.arm, spec.seed, n))
+
+    return run_arm(spec, progress)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel queued runs and end running ones: a failed or interrupted demo should not
+    wait minutes for its sibling runs to finish."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
+    if terminate is not None:
+        terminate()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive():
+            process.terminate()
+
+
+def run_specs(
+    specs: Sequence,
+    *,
+    workers: int | None = None,
+    on_progress: Callable[[str, int, int], None] | None = None,
+    on_result: Callable[[object, list[dict]], None] | None = None,
+) -> list[dict]:
+    """Run every spec, ``workers`` at a time; return all records (in spec order).
+
+    Args:
+        specs: the runs.
+        workers: processes; default one per core, never more than runs.
+        on_progress: called in this process as ``on_progress(arm, seed, steps_done_since_last_call)``.
+        on_result: called in this process with ``(spec, records)`` as each run finishes.
+
+    The first run that fails cancels the others and its exception propagates.
+    """
+    if not specs:
+        return []
+    workers = min(workers or default_workers(), len(specs))
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    ctx = _context()
+    progress_queue = ctx.Queue()
+    results: dict[int, list[dict]] = {}
+
+    def drain(timeout: float) -> None:
+        try:
+            item = progress_queue.get(timeout=timeout)
+        except queue_module.Empty:
+            return
+        while True:
+            if on_progress is not None:
+                on_progress(*item)
+            try:
+                item = progress_queue.get_nowait()
+            except queue_module.Empty:
+                return
+
+    log.info("running %d runs in %d %s worker(s)", len(specs), workers, ctx.get_start_method())
+    with ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=ctx,
+        initializer=_init_worker,
+        initargs=(progress_queue, logging.getLogger().getEffectiveLevel()),
+    ) as pool:
+        futures = {pool.submit(_run_in_worker, spec): i for i, spec in enumerate(specs)}
+        pending = set(futures)
+        try:
+            while pending:
+                drain(timeout=0.2)
+                done, pending = wait(pending, timeout=0, return_when=FIRST_COMPLETED)
+                for future in done:
+                    i = futures[future]
+                    results[i] = future.result()
+                    if on_result is not None:
+                        on_result(specs[i], results[i])
+        except BaseException:
+            _stop(pool)
+            raise
+        finally:
+            drain(timeout=0.05)
+    progress_queue.close()
+    progress_queue.join_thread()
+    return [record for i in range(len(specs)) for record in results[i]]

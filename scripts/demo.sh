@@ -4,7 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh demo
-if .venv/bin/mixreplay demo --help >/dev/null 2>&1; then
-  exec .venv/bin/mixreplay demo "$@"
-fi
-exec .venv/bin/mixreplay example "$@"
+exec .venv/bin/mixreplay demo "$@"

@@ -29,32 +29,7 @@ import warnings
 from pathlib import Path
 
 import torch
-from tensordict import TensorDict
-
-OBS, ACT = 11, 3
-
-
-def hopper_rows(n: int, seed: int = 0) -> TensorDict:
-    g = torch.Generator().manual_seed(seed)
-
-    def flags():
-        return torch.rand(n, 1, generator=g) < 0.01
-
-    return TensorDict(
-        {
-            "observation": torch.randn(n, OBS, generator=g),
-            "action": torch.rand(n, ACT, generator=g) * 2 - 1,
-            "done": flags(),
-            "terminated": flags(),
-            "next": {
-                "observation": torch.randn(n, OBS, generator=g),
-                "reward": torch.randn(n, 1, generator=g),
-                "done": flags(),
-                "terminated": flags(),
-            },
-        },
-        batch_size=[n],
-    )
+from bench_sampling import hopper_rows  # the same rows as every benchmark here
 
 
 def disk_usage(path: Path) -> tuple[int, int]:

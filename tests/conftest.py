@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
+
 import pytest
 import torch
 from tensordict import TensorDict
+
+# matplotlib reads its config/cache dir once, at import: point it away from the home
+# directory before any test (or demo worker, which inherits the environment) imports it.
+_MPL_DIR = tempfile.mkdtemp(prefix="mixreplay-tests-mpl-")
+os.environ["MPLCONFIGDIR"] = _MPL_DIR
+atexit.register(shutil.rmtree, _MPL_DIR, True)
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,11 @@ from tensordict import TensorDict
 _MPL_DIR = tempfile.mkdtemp(prefix="mixreplay-tests-mpl-")
 os.environ["MPLCONFIGDIR"] = _MPL_DIR
 atexit.register(shutil.rmtree, _MPL_DIR, True)
+# Ray's session files (sockets included) go to a short temp dir: a socket path must stay
+# under 107 bytes, which pytest's tmp_path would exceed.
+_RAY_DIR = tempfile.mkdtemp(prefix="mr-ray-", dir="/tmp")
+os.environ["RAY_TMPDIR"] = _RAY_DIR
+atexit.register(shutil.rmtree, _RAY_DIR, True)
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +31,6 @@ def _isolated_roots(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("MIXREPLAY_DATA_DIR", str(root / "mixreplay"))
     monkeypatch.setenv("D4RL_DATASET_DIR", str(root / "d4rl"))
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # throwaway local test clusters only
-    monkeypatch.setenv("RAY_TMPDIR", str(root / "ray"))
     monkeypatch.chdir(root)  # MuJoCo writes MUJOCO_LOG.TXT into the working directory
 
 

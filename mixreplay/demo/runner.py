@@ -61,14 +61,19 @@ def _run_in_worker(spec):
 def _stop(pool: ProcessPoolExecutor) -> None:
     """Cancel queued runs and end running ones: a failed or interrupted demo should not
     wait minutes for its sibling runs to finish."""
-    pool.shutdown(wait=False, cancel_futures=True)
     terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
     if terminate is not None:
         terminate()
         return
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
+    # shutdown() forgets the worker processes: take them first, or they would run on
+    # (and keep the interpreter from exiting) after the pool is gone
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
         if process.is_alive():
             process.terminate()
+    for process in processes:
+        process.join(timeout=10)
 
 
 def run_specs(

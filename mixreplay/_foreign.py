@@ -131,9 +131,9 @@ class ForeignStorage:
         return 0 if self._schema is None else self._schema.row_nbytes
 
     def extend(self, data: TensorDictBase) -> torch.Tensor:
-        from mixreplay.storage import TensorStorage
+        from mixreplay.storage import check_rows
 
-        n = TensorStorage._check_batch(self, data)
+        n = check_rows(data)
         schema = Schema.from_tensordict(data)
         if self._schema is not None:
             self._schema.check_compatible(

@@ -10,7 +10,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from mixreplay.errors import EmptyBufferError
 from mixreplay.samplers import RandomSampler, Sampler
-from mixreplay.storage import is_native_storage
+from mixreplay.storage import check_row, is_native_storage
 
 __all__ = ["ReplayBuffer", "check_batch_size", "make_generator"]
 
@@ -159,13 +159,7 @@ class ReplayBuffer:
 
     def add(self, row: TensorDictBase) -> int:
         """Write one row (batch ``[]``); return its slot."""
-        if not isinstance(row, TensorDictBase):
-            raise TypeError(f"add expects a TensorDict row, got {type(row).__name__}")
-        if row.batch_dims != 0:
-            raise ValueError(
-                f"add expects one row (batch_size=[]), got batch_size={list(row.batch_size)}; "
-                "use extend() for several rows"
-            )
+        check_row(row)
         return int(self.extend(row.unsqueeze(0))[0])
 
     # -- reading ---------------------------------------------------------------------------

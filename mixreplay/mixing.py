@@ -23,7 +23,7 @@ from mixreplay.errors import EmptyBufferError, SchemaMismatchError
 from mixreplay.samplers import Sampler
 from mixreplay.schema import NestedKey, RowLayout, Schema, normalize_key
 from mixreplay.split import split_counts
-from mixreplay.storage import FrozenStorage, LazyTensorStorage, is_native_storage
+from mixreplay.storage import FrozenStorage, LazyTensorStorage, check_row, is_native_storage
 
 __all__ = ["MixtureReplayBuffer", "OfflineToOnlineReplayBuffer"]
 
@@ -546,13 +546,7 @@ class OfflineToOnlineReplayBuffer(_MixingBuffer):
 
     def add(self, row: TensorDictBase) -> int:
         """Write one online row (batch ``[]``); return its slot."""
-        if not isinstance(row, TensorDictBase):
-            raise TypeError(f"add expects a TensorDict row, got {type(row).__name__}")
-        if row.batch_dims != 0:
-            raise ValueError(
-                f"add expects one row (batch_size=[]), got batch_size={list(row.batch_size)}; "
-                "use extend() for several rows"
-            )
+        check_row(row)
         return int(self.extend(row.unsqueeze(0))[0])
 
     def anneal(self, step: int, total_steps: int) -> None:

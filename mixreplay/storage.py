@@ -78,6 +78,38 @@ def _as_device(device) -> torch.device:
         ) from None
 
 
+def check_rows(data) -> int:
+    """The number of rows of ``data``, a TensorDict with one batch dim; raise a clear error otherwise."""
+    if not isinstance(data, TensorDictBase):
+        hint = (
+            "TensorDict(data, batch_size=[n])"
+            if isinstance(data, dict)
+            else "TensorDict({'observation': x, ...}, batch_size=[n])"
+        )
+        raise TypeError(f"extend expects a TensorDict of rows, got {type(data).__name__}; wrap it: {hint}")
+    if data.batch_dims != 1:
+        raise ValueError(
+            f"extend expects a TensorDict with one batch dim (one entry per row), got "
+            f"batch_size={list(data.batch_size)}; use add() for a single row or "
+            "data.reshape(-1) to flatten"
+        )
+    n = data.batch_size[0]
+    if n == 0:
+        raise ValueError("extend got an empty batch (batch_size=[0]); pass at least one row")
+    return n
+
+
+def check_row(row) -> None:
+    """Raise a clear error unless ``row`` is one row: a TensorDict with batch ``[]``."""
+    if not isinstance(row, TensorDictBase):
+        raise TypeError(f"add expects a TensorDict row, got {type(row).__name__}")
+    if row.batch_dims != 0:
+        raise ValueError(
+            f"add expects one row (batch_size=[]), got batch_size={list(row.batch_size)}; "
+            "use extend() for several rows"
+        )
+
+
 class _PackedRows:
     """What every storage shares: a layout and packed rows ``[capacity, W]``."""
 
@@ -246,34 +278,13 @@ class TensorStorage(_PackedRows):
     def _allocate(self, layout: RowLayout) -> torch.Tensor:
         return torch.zeros(self.max_size, layout.row_words, dtype=torch.int64, device=self.device)
 
-    def _check_batch(self, data) -> int:
-        if not isinstance(data, TensorDictBase):
-            hint = (
-                "TensorDict(data, batch_size=[n])"
-                if isinstance(data, dict)
-                else "TensorDict({'observation': x, ...}, batch_size=[n])"
-            )
-            raise TypeError(
-                f"extend expects a TensorDict of rows, got {type(data).__name__}; wrap it: {hint}"
-            )
-        if data.batch_dims != 1:
-            raise ValueError(
-                f"extend expects a TensorDict with one batch dim (one entry per row), got "
-                f"batch_size={list(data.batch_size)}; use add() for a single row or "
-                "data.reshape(-1) to flatten"
-            )
-        n = data.batch_size[0]
-        if n == 0:
-            raise ValueError("extend got an empty batch (batch_size=[0]); pass at least one row")
-        return n
-
     def extend(self, data: TensorDictBase) -> torch.Tensor:
         """Write the rows of ``data`` (batch ``[n]``) and return the slots written.
 
         When ``n`` exceeds the capacity, only the last ``max_size`` rows are kept
         (earlier ones would be overwritten within the same call anyway).
         """
-        n = self._check_batch(data)
+        n = check_rows(data)
         layout = self._layout
         if layout is None:
             layout = RowLayout(Schema.from_tensordict(data))
@@ -305,13 +316,7 @@ class TensorStorage(_PackedRows):
 
     def add(self, row: TensorDictBase) -> int:
         """Write one row (a TensorDict with batch ``[]``) and return its slot."""
-        if not isinstance(row, TensorDictBase):
-            raise TypeError(f"add expects a TensorDict row, got {type(row).__name__}")
-        if row.batch_dims != 0:
-            raise ValueError(
-                f"add expects one row (batch_size=[]), got batch_size={list(row.batch_size)}; "
-                "use extend() for several rows"
-            )
+        check_row(row)
         return int(self.extend(row.unsqueeze(0))[0])
 
     def empty(self) -> None:

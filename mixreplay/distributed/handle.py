@@ -24,6 +24,7 @@ from mixreplay.distributed.wire import (
     message_slices,
 )
 from mixreplay.errors import BufferActorError, require
+from mixreplay.storage import check_row
 
 __all__ = ["RayReplayBuffer"]
 
@@ -266,13 +267,7 @@ class RayReplayBuffer:
 
     def add(self, row: TensorDictBase, **kwargs) -> int:
         """Write one row (batch ``[]``): one round trip to the actor. See :meth:`writer`."""
-        if not isinstance(row, TensorDictBase):
-            raise TypeError(f"add expects a TensorDict row, got {type(row).__name__}")
-        if row.batch_dims != 0:
-            raise ValueError(
-                f"add expects one row (batch_size=[]), got batch_size={list(row.batch_size)}; "
-                "use extend() for several rows"
-            )
+        check_row(row)
         words = self._packer.pack(row)  # packed as it is: no unsqueeze of the TensorDict
         return int(self._call(self._actor.extend_packed, self._packer.key, words, kwargs, True)[0])
 

@@ -26,6 +26,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from mixreplay.errors import SchemaMismatchError
 from mixreplay.schema import RowLayout, Schema
+from mixreplay.storage import check_rows  # noqa: F401 - re-exported for the handle and writer
 
 __all__ = [
     "INLINE_BYTES",
@@ -71,25 +72,6 @@ def message_slices(n: int, row_bytes: int, chunk_rows: int | None = None) -> lis
 def inline_rows(row_bytes: int) -> int:
     """Rows of ``row_bytes`` that fit in one inline message (at least 1)."""
     return max(1, INLINE_BYTES // max(1, row_bytes))
-
-
-def check_rows(data) -> int:
-    """The number of rows of ``data``, a TensorDict with one batch dim; raise otherwise."""
-    if not isinstance(data, TensorDictBase):
-        raise TypeError(
-            f"extend expects a TensorDict of rows, got {type(data).__name__}; wrap it: "
-            "TensorDict({'observation': x, ...}, batch_size=[n])"
-        )
-    if data.batch_dims != 1:
-        raise ValueError(
-            f"extend expects a TensorDict with one batch dim (one entry per row), got "
-            f"batch_size={list(data.batch_size)}; use add() for a single row or "
-            "data.reshape(-1) to flatten"
-        )
-    n = data.batch_size[0]
-    if n == 0:
-        raise ValueError("extend got an empty batch (batch_size=[0]); pass at least one row")
-    return n
 
 
 class Packer:

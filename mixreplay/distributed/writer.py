@@ -16,6 +16,7 @@ from mixreplay.distributed.wire import (
     inline_rows,
     write_row,
 )
+from mixreplay.storage import check_row
 
 __all__ = ["RayWriter"]
 
@@ -79,13 +80,7 @@ class RayWriter:
 
     def add(self, row: TensorDictBase) -> None:
         """Stage one row (a TensorDict with batch ``[]``)."""
-        if not isinstance(row, TensorDictBase):
-            raise TypeError(f"add expects a TensorDict row, got {type(row).__name__}")
-        if row.batch_dims != 0:
-            raise ValueError(
-                f"add expects one row (batch_size=[]), got batch_size={list(row.batch_size)}; "
-                "use extend() for several rows"
-            )
+        check_row(row)
         leaves = self._packer.leaves(row)
         self._ready_for(self._packer)
         write_row(self._packer.layout, leaves, self._views, self._staged)

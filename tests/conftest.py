@@ -11,16 +11,22 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+
+def _private_dir(variable: str, prefix: str) -> None:
+    """Point ``variable`` at a new temp dir removed at exit, unless a parent process already did."""
+    if variable in os.environ:  # a worker process of this test session inherits its parent's
+        return
+    path = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    os.environ[variable] = path
+    atexit.register(shutil.rmtree, path, True)
+
+
 # matplotlib reads its config/cache dir once, at import: point it away from the home
 # directory before any test (or demo worker, which inherits the environment) imports it.
-_MPL_DIR = tempfile.mkdtemp(prefix="mixreplay-tests-mpl-")
-os.environ["MPLCONFIGDIR"] = _MPL_DIR
-atexit.register(shutil.rmtree, _MPL_DIR, True)
+_private_dir("MPLCONFIGDIR", "mixreplay-tests-mpl-")
 # Ray's session files (sockets included) go to a short temp dir: a socket path must stay
 # under 107 bytes, which pytest's tmp_path would exceed.
-_RAY_DIR = tempfile.mkdtemp(prefix="mr-ray-", dir="/tmp")
-os.environ["RAY_TMPDIR"] = _RAY_DIR
-atexit.register(shutil.rmtree, _RAY_DIR, True)
+_private_dir("RAY_TMPDIR", "mr-ray-")
 
 
 @pytest.fixture(autouse=True)

@@ -7,13 +7,12 @@ e.g. a TorchRL ``ReplayBuffer`` or dataset) is asked to sample itself.
 
 from __future__ import annotations
 
-import threading
-
 import torch
 from tensordict import TensorDictBase
 
 from mixreplay.errors import EmptyBufferError
 from mixreplay.schema import BOOKKEEPING_KEYS, Schema, normalize_key
+from mixreplay.storage import Locked, _as_index, check_rows
 
 __all__ = ["ForeignSource", "ForeignStorage", "adapt_storage", "peek_schema", "strip_bookkeeping"]
 
@@ -84,7 +83,7 @@ class ForeignSource:
         return type(self.obj).__name__
 
 
-class ForeignStorage:
+class ForeignStorage(Locked):
     """A TorchRL ``Storage`` used as mixreplay's online ring.
 
     mixreplay keeps the cursor and writes with ``storage.set(index, data)``;
@@ -97,19 +96,10 @@ class ForeignStorage:
         self.inner = storage
         self.max_size = int(storage.max_size)
         self.device = torch.device(getattr(storage, "device", None) or "cpu")
-        self.lock = threading.RLock()  # re-entrant, as for native storages
+        super().__init__()
         self._cursor = 0
         self._write_count = 0
         self._schema: Schema | None = None
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state.pop("lock", None)
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self.lock = threading.RLock()
 
     def __len__(self) -> int:
         return len(self.inner)
@@ -131,8 +121,6 @@ class ForeignStorage:
         return 0 if self._schema is None else self._schema.row_nbytes
 
     def extend(self, data: TensorDictBase) -> torch.Tensor:
-        from mixreplay.storage import check_rows
-
         n = check_rows(data)
         schema = Schema.from_tensordict(data)
         if self._schema is not None:
@@ -159,8 +147,6 @@ class ForeignStorage:
             return self.gather_unlocked(index)
 
     def __getitem__(self, index):
-        from mixreplay.storage import _as_index
-
         idx = _as_index(index, len(self), torch.device("cpu"))
         td = self.gather(idx)
         return td[0] if isinstance(index, int) else td

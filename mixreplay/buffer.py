@@ -248,7 +248,3 @@ class ReplayBuffer:
             f"batch_size={self._batch_size})"
         )
 
-
-def is_native_buffer(obj) -> bool:
-    return isinstance(obj, ReplayBuffer) and is_native_storage(obj.storage)
-

@@ -171,9 +171,6 @@ class Schema(Mapping[tuple[str, ...], Field]):
         inner = ", ".join(f"{format_key(k)}: {f.describe()}" for k, f in self._fields.items())
         return f"Schema({{{inner}}})"
 
-    def select(self, keys: Iterable[NestedKey]) -> Schema:
-        return Schema(self[k] for k in keys)
-
     def without(self, keys: Iterable[tuple[str, ...]]) -> Schema:
         drop = {normalize_key(k) for k in keys}
         return Schema(f for k, f in self._fields.items() if k not in drop)

@@ -110,20 +110,17 @@ def check_row(row) -> None:
         )
 
 
-class _PackedRows:
-    """What every storage shares: a layout and packed rows ``[capacity, W]``."""
+class Locked:
+    """An object with a re-entrant ``lock`` that survives pickling (the copy gets a fresh lock).
 
-    _rows: torch.Tensor | None
-    _layout: RowLayout | None
-    device: torch.device
+    Re-entrant: a buffer holds a storage's lock across ``storage.extend`` and its
+    sampler's ``on_extend``.
+    """
 
     def __init__(self) -> None:
-        # Re-entrant: a buffer holds it across storage.extend and its sampler's on_extend.
         self.lock = threading.RLock()
 
     def __getstate__(self) -> dict:
-        # A lock cannot be pickled; the copy gets a fresh one. Rows travel as tensors
-        # (a memory-mapped storage arrives as an in-memory copy).
         state = self.__dict__.copy()
         state.pop("lock", None)
         return state
@@ -131,6 +128,17 @@ class _PackedRows:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self.lock = threading.RLock()
+
+
+class _PackedRows(Locked):
+    """What every storage shares: a layout and packed rows ``[capacity, W]``.
+
+    Pickling copies the rows (a memory-mapped storage arrives as an in-memory copy).
+    """
+
+    _rows: torch.Tensor | None
+    _layout: RowLayout | None
+    device: torch.device
 
     @property
     def layout(self) -> RowLayout | None:

@@ -716,6 +716,11 @@ class OfflineToOnlineReplayBuffer(_MixingBuffer):
         return self._online_buffer
 
     @property
+    def write_count(self) -> int:
+        """Online rows written since creation, overwritten ones included (TorchRL's trainer reads it)."""
+        return self._online_buffer.write_count
+
+    @property
     def schedule(self):
         """The offline-fraction schedule, or ``None`` for a fixed (or annealed) float."""
         return self._schedule

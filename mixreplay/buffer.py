@@ -167,6 +167,10 @@ class ReplayBuffer:
         if self._prefetcher is not None:
             self._prefetcher.wait()
 
+    def _after_write(self) -> None:
+        if self._prefetcher is not None:
+            self._prefetcher.refill()
+
     def close(self) -> None:
         """Stop the prefetch thread (a no-op without ``prefetch``); later samples are drawn in the caller's thread."""
         if self._prefetcher is not None:
@@ -251,6 +255,7 @@ class ReplayBuffer:
         with storage.lock:
             index = storage.extend(data)
             self._sampler.on_extend(index, storage)
+        self._after_write()
         return index
 
     def add(self, row: TensorDictBase) -> int:
@@ -354,6 +359,7 @@ class ReplayBuffer:
         self._before_write()
         with self._storage.lock:
             self._sampler.update_priority(torch.as_tensor(index), torch.as_tensor(priority))
+        self._after_write()
 
     def empty(self, empty_write_count: bool = True) -> None:
         """Forget every row; ``write_count`` restarts from 0 unless ``empty_write_count=False``."""

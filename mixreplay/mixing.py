@@ -213,6 +213,10 @@ class _MixingBuffer:
         if self._prefetcher is not None:
             self._prefetcher.wait()
 
+    def _after_write(self) -> None:
+        if self._prefetcher is not None:
+            self._prefetcher.refill()
+
     def _discard_prefetched(self) -> None:
         if self._prefetcher is not None:
             self._prefetcher.discard()
@@ -427,6 +431,7 @@ class _MixingBuffer:
                 lock = getattr(getattr(src, "storage", None), "lock", None) or _NO_LOCK
                 with lock:
                     sampler.update_priority(index[mask], priority.to(index.device)[mask])
+        self._after_write()
 
     # -- misc ------------------------------------------------------------------------------
 
@@ -668,6 +673,7 @@ class OfflineToOnlineReplayBuffer(_MixingBuffer):
         index = online.extend(data)
         if not self._fused:
             self._refresh_layout()
+        self._after_write()
         return index
 
     def add(self, row: TensorDictBase) -> int:
@@ -919,6 +925,7 @@ class MixtureReplayBuffer(_MixingBuffer):
         index = buf.extend(data)
         if not self._fused:
             self._refresh_layout()
+        self._after_write()
         return index
 
     def __repr__(self) -> str:

@@ -14,6 +14,12 @@ seed and the same calls give the same batches. On a buffer that is not
 written meanwhile, they are exactly the batches a buffer without prefetching
 returns.
 
+When batches are asked for: ``sample()`` hands out the oldest and owes one;
+the next write asks for it right after writing (so it sees the new rows), or
+else the next ``sample()`` does before handing out. A write therefore waits
+only for draws asked for one learner step earlier (in a ``sample, extend,
+compute`` loop they are done by then); up to ``N + 1`` batches exist at once.
+
 Rewinding: before each draw the worker records what that draw will change (the
 generator's state and the samplers' draw state, see
 :meth:`~mixreplay.Sampler.draw_state`). :meth:`Prefetcher.discard` drops the
@@ -111,6 +117,7 @@ class Prefetcher:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mixreplay-prefetch")
         self._queue: collections.deque[Future] = collections.deque()
         self._lock = threading.Lock()
+        self._started = False  # writes refill the queue only once sampling has begun
         # The finalizer holds the executor, not the prefetcher: a dropped buffer stops its thread.
         self._finalizer = weakref.finalize(self, self._executor.shutdown, wait=False, cancel_futures=True)
 
@@ -122,7 +129,10 @@ class Prefetcher:
         return fn(*args)
 
     def _job(self):
-        state = self._call(self._snapshot)
+        snapshot = self._snapshot()
+        if snapshot is None:  # the buffer is gone: an unraised error holds no frame, hence no cycle
+            return None, None, ReferenceError("the buffer was garbage-collected"), False
+        state = snapshot()
         try:
             result = self._call(self._draw)
         except Exception as err:  # handed to the caller of next(), in order
@@ -130,8 +140,15 @@ class Prefetcher:
         return state, result, None, bool(self._call(self._ran_out))
 
     def _top_up(self) -> None:
-        while len(self._queue) < self.depth:
+        # depth + 1: the pop that follows leaves ``depth`` batches asked for between calls.
+        while len(self._queue) < self.depth + 1:
             self._queue.append(self._executor.submit(self._job))
+
+    def refill(self) -> None:
+        """Ask for the batches owed, after a write (so they see it) once sampling has started."""
+        with self._lock:
+            if self._started and not self.closed:
+                self._top_up()
 
     def next(self) -> tuple[object, bool]:
         """The oldest prefetched result and its ``ran_out`` flag (drawn now if none is queued).
@@ -142,15 +159,13 @@ class Prefetcher:
         if self.closed:
             raise RuntimeError("the buffer was closed: its prefetch thread is stopped; build a new buffer")
         with self._lock:
-            if self._queue:
-                state, result, err, ran_out = self._queue.popleft().result()
-            else:
-                state, result, err, ran_out = self._job()
+            self._started = True
+            self._top_up()
+            state, result, err, ran_out = self._queue.popleft().result()
             if err is not None:
                 self._discard_locked()
                 self._call(self._restore, state)
                 raise err
-            self._top_up()
         return result, ran_out
 
     def wait(self) -> None:

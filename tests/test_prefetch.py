@@ -207,7 +207,7 @@ def make_o2o(prefetch, fraction=0.5):
 def test_mixing_prefetch_equals_sync_and_is_deterministic_with_writes():
     plain, ahead = make_o2o(None), make_o2o(2)
     seq_p, seq_a = [], []
-    for i in range(15):
+    for _ in range(15):
         seq_p.append(plain.sample(return_info=True))
         seq_a.append(ahead.sample(return_info=True))
     for (bp, ip), (ba, ia) in zip(seq_p, seq_a):

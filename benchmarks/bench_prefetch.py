@@ -4,11 +4,12 @@ A learner step here is: take a batch (``rb.sample()``), write one new row
 (``rb.extend``), then do ~2 ms of torch work that reads the batch (a small MLP
 forward/backward, calibrated at start). Uniform mixed buffer, Hopper-shaped
 rows (offline 200,000 rows, online 100,000), batch 256. Both buffers run in the
-same process, alternating rounds, and the figure reported is the share of the
-learner's time spent inside ``sample()`` (and inside ``extend``, which waits
-for draws already asked for).
+same process, alternating chunks of 20 steps, and the figures reported are the
+share of the learner's time spent inside ``sample()``, inside ``extend`` (which
+waits for draws already asked for, and where the worker thread's Python work
+competes with the learner for the GIL), and both together per step.
 
-    python benchmarks/bench_prefetch.py [--steps 300] [--rounds 5] [--work-ms 2]
+    python benchmarks/bench_prefetch.py [--steps 300] [--rounds 5] [--work-ms 2] [--work mlp|matmul] [--threads 1]
 """
 
 from __future__ import annotations
@@ -28,12 +29,24 @@ from mixreplay import OfflineDataset, OfflineToOnlineReplayBuffer  # noqa: E402
 BATCH = 256
 
 
-def make_work(target_ms: float):
-    """A function of the batch costing about ``target_ms`` of torch work."""
+def make_work(target_ms: float, kind: str = "mlp"):
+    """A function of the batch costing about ``target_ms`` of torch work.
+
+    ``mlp``: forward/backward of a small MLP (many short kernels, Python between them);
+    ``matmul``: one large matrix product fed by the batch (one long kernel without the GIL,
+    like a learner waiting on a GPU).
+    """
     net = torch.nn.Sequential(torch.nn.Linear(11, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
                               torch.nn.ReLU(), torch.nn.Linear(256, 1))
+    big = torch.randn(BATCH, 1024)
+    mats = [torch.randn(1024, 1024) for _ in range(2)]
 
     def once(batch):
+        if kind == "matmul":
+            x = big + batch["observation"][:, :1]
+            for m in mats:
+                x = x @ m
+            return
         net.zero_grad(set_to_none=True)
         net(batch["observation"]).square().mean().backward()
 
@@ -62,9 +75,8 @@ def make_buffer(offline: OfflineDataset, prefetch: int | None) -> OfflineToOnlin
     return rb
 
 
-def run(rb, work, steps: int, row) -> dict:
-    t_sample = t_extend = 0.0
-    start = time.perf_counter()
+def run(rb, work, steps: int, row, acc: dict) -> None:
+    """``steps`` learner steps; adds the seconds spent in sample, extend and in all to ``acc``."""
     for _ in range(steps):
         t0 = time.perf_counter()
         batch = rb.sample()
@@ -72,10 +84,11 @@ def run(rb, work, steps: int, row) -> dict:
         rb.extend(row)
         t2 = time.perf_counter()
         work(batch)
-        t_sample += t1 - t0
-        t_extend += t2 - t1
-    total = time.perf_counter() - start
-    return {"sample": t_sample / total, "extend": t_extend / total, "step_ms": total / steps * 1e3}
+        t3 = time.perf_counter()
+        acc["sample"] += t1 - t0
+        acc["extend"] += t2 - t1
+        acc["total"] += t3 - t0
+        acc["steps"] += 1
 
 
 def main(argv=None) -> dict:
@@ -83,30 +96,46 @@ def main(argv=None) -> dict:
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--work-ms", type=float, default=2.0)
+    p.add_argument("--work", choices=("mlp", "matmul"), default="mlp")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads (1 leaves a core to the prefetch thread on a 2-core machine)")
     args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
     offline = OfflineDataset.from_tensordict(hopper_rows(200_000, seed=2))
-    work, reps, ms = make_work(args.work_ms)
-    print(f"learner work: {reps} MLP steps ≈ {ms:.2f} ms; torch threads {torch.get_num_threads()}")
+    work, reps, ms = make_work(args.work_ms, args.work)
+    print(f"learner work: {reps} × {args.work} ≈ {ms:.2f} ms; torch threads {torch.get_num_threads()}")
     row = hopper_rows(1, seed=3)
     buffers = {"prefetch=None": make_buffer(offline, None), "prefetch=2": make_buffer(offline, 2)}
-    results: dict[str, list[dict]] = {k: [] for k in buffers}
+    # Chunks of 20 steps alternate between the buffers, so both see the same machine load.
+    rounds: dict[str, list[dict]] = {k: [] for k in buffers}
+    for rb in buffers.values():
+        run(rb, work, 20, row, dict.fromkeys(("sample", "extend", "total", "steps"), 0))  # warm-up
     for _ in range(args.rounds):
-        for name, rb in buffers.items():
-            run(rb, work, 20, row)  # warm-up: fills the prefetch queue
-            results[name].append(run(rb, work, args.steps, row))
+        accs = {k: dict.fromkeys(("sample", "extend", "total", "steps"), 0) for k in buffers}
+        for _ in range(max(1, args.steps // 20)):
+            for name, rb in buffers.items():
+                run(rb, work, 20, row, accs[name])
+        for name, acc in accs.items():
+            rounds[name].append(acc)
     for rb in buffers.values():
         rb.close()
-    print(f"{'buffer':<15} {'in sample() (median, range)':<32} {'in extend()':<14} step ms")
+    print(f"{'buffer':<15} {'in sample() (median, range)':<28} {'in extend()':<12} "
+          f"{'sample+extend µs/step':<22} step ms")
     summary = {}
-    for name, rs in results.items():
-        waits = sorted(r["sample"] for r in rs)
-        med = waits[len(waits) // 2]
-        ext = sorted(r["extend"] for r in rs)[len(rs) // 2]
-        step = sorted(r["step_ms"] for r in rs)[len(rs) // 2]
-        summary[name] = {"sample": med, "extend": ext, "step_ms": step}
-        print(f"{name:<15} {med:6.1%} ({waits[0]:.1%}–{waits[-1]:.1%}){'':<14} {ext:6.1%}{'':<7} {step:.2f}")
+    for name, rs in rounds.items():
+        def med(values):
+            values = sorted(values)
+            return values[len(values) // 2], values[0], values[-1]
+
+        share, lo, hi = med(r["sample"] / r["total"] for r in rs)
+        ext, _, _ = med(r["extend"] / r["total"] for r in rs)
+        cost, _, _ = med((r["sample"] + r["extend"]) / r["steps"] * 1e6 for r in rs)
+        step, _, _ = med(r["total"] / r["steps"] * 1e3 for r in rs)
+        summary[name] = {"sample": share, "extend": ext, "buffer_us": cost, "step_ms": step}
+        print(f"{name:<15} {share:6.1%} ({lo:.1%}–{hi:.1%}){'':<12} {ext:6.1%}{'':<5} {cost:8.0f}{'':<14} {step:.2f}")
     ratio = summary["prefetch=None"]["sample"] / max(summary["prefetch=2"]["sample"], 1e-9)
-    print(f"waiting in sample(): prefetch=2 is {ratio:.1f}x less than without")
+    print(f"time in sample(): prefetch=2 is {ratio:.1f}x less than without; "
+          f"sample+extend: {summary['prefetch=2']['buffer_us'] / summary['prefetch=None']['buffer_us']:.2f}x")
     return summary
 
 

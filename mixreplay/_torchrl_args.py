@@ -8,7 +8,7 @@ refused otherwise with an error that names it and the mixreplay way.
 
 from __future__ import annotations
 
-__all__ = ["UNSUPPORTED", "check_unsupported"]
+__all__ = ["UNSUPPORTED", "UNSUPPORTED_METHODS", "check_unsupported", "unsupported_method"]
 
 #: argument -> (values that mean mixreplay's own behaviour, the mixreplay way)
 UNSUPPORTED: dict[str, tuple[tuple, str]] = {
@@ -48,3 +48,37 @@ def check_unsupported(owner: str, kwargs: dict) -> None:
                 f"{owner} does not support TorchRL's {name}={value!r} (only "
                 f"{' / '.join(repr(a) for a in accepted)}, which is mixreplay's behaviour); {way}"
             )
+
+
+_SERVICE = "mixreplay has no replay service of its own; host the buffer in a Ray actor with mixreplay.distributed"
+_IMMUTABLE = ("rows are written only by extend/add; to change stored rows, build them anew and "
+              "extend a fresh buffer")
+
+#: TorchRL ReplayBuffer methods and attributes mixreplay lacks -> the mixreplay way
+UNSUPPORTED_METHODS: dict[str, str] = {
+    "initialized": "a mixreplay buffer is ready once built (storages allocate on the first write)",
+    "as_remote": _SERVICE, "start": _SERVICE, "is_alive": _SERVICE, "service_backend": _SERVICE, "client": _SERVICE,
+    "shutdown": _SERVICE, "synchronize": _SERVICE,
+    "share": "threads share a buffer as is; for other processes use mixreplay.distributed",
+    "set_rng": "pass generator= (a torch.Generator or an int seed) when building the buffer",
+    "set_storage": "build a new buffer with the storage", "set_writer": "build a new buffer",
+    "set_sampler": "build a new buffer with the sampler",
+    "writer": "there is no writer object: rows are written in ring order",
+    "can_sample": "check len(rb) > 0 (or rb.available() for slices) before sampling",
+    "submit_update_if_present": _IMMUTABLE, "update_if_present": _IMMUTABLE,
+    "set_at_": _IMMUTABLE, "set_": _IMMUTABLE, "update_": _IMMUTABLE, "write_all": _IMMUTABLE,
+    "register_save_hook": "checkpoints have no hooks; post-process after rb.loads(path)",
+    "register_load_hook": "checkpoints have no hooks; post-process after rb.loads(path)",
+    "query": "filter trajectories from rb.storage.to_tensordict() (or use SliceSampler for slices)",
+    "mark_update": "mixreplay does not track staleness; weight rows with a PrioritizedSampler",
+    "update_tensordict_priority": "call rb.update_priority(info['index'], priority) with the info "
+                                  "of sample(return_info=True)",
+}
+
+
+def unsupported_method(owner: str, name: str) -> AttributeError:
+    """The error for a TorchRL attribute ``name`` that ``owner`` lacks (or Python's usual one)."""
+    way = UNSUPPORTED_METHODS.get(name)
+    if way is None:
+        return AttributeError(f"{owner!r} object has no attribute {name!r}")
+    return AttributeError(f"{owner} has no TorchRL {name!r}: {way}")

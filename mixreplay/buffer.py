@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from mixreplay._torchrl_args import check_unsupported
+from mixreplay._torchrl_args import UNSUPPORTED_METHODS, check_unsupported, unsupported_method
 from mixreplay.errors import EmptyBufferError
 from mixreplay.prefetch import Prefetcher, check_pin_memory, check_prefetch, pin
 from mixreplay.samplers import RandomSampler, Sampler
@@ -190,6 +190,7 @@ class ReplayBuffer:
             self._prefetcher.discard()  # the copy redraws them: same batches
         state = self.__dict__.copy()
         state["_prefetcher"] = None
+        state.pop("_iterator", None)  # a generator object does not pickle
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -239,6 +240,42 @@ class ReplayBuffer:
 
     def __len__(self) -> int:
         return len(self._storage)
+
+    def __getattr__(self, name: str):
+        # Only reached for missing attributes: a TorchRL one gets the mixreplay way.
+        if name in UNSUPPORTED_METHODS:
+            raise unsupported_method(type(self).__name__, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def dim_extend(self) -> int:
+        """TorchRL's extension dimension: always 0 (rows are extended along dim 0)."""
+        return 0
+
+    def stats(self) -> dict:
+        """TorchRL's snapshot of counters: size, write_count, prefetch queue, capacity, utilization."""
+        capacity = getattr(self._storage, "max_size", None)
+        out = {"size": len(self), "write_count": self.write_count,
+               "prefetch_queue_size": 0 if self._prefetcher is None else self._prefetcher.ready,
+               "initialized": True}
+        if capacity is not None:
+            out["capacity"] = int(capacity)
+            out["utilization"] = len(self) / capacity if capacity else 0.0
+        return out
+
+    def read_all_in_order(self, end: int | None = None) -> TensorDictBase:
+        """The rows in slot order, ``rb[:end]`` (TorchRL's name)."""
+        return self[:end]
+
+    def next(self):
+        """The next batch of an iteration kept by the buffer; ``None`` once an epoch ends (TorchRL's ``next``)."""
+        if self.__dict__.get("_iterator") is None:
+            self._iterator = iter(self)
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            self._iterator = None
+            return None
 
     def available(self) -> int:
         """Units the sampler could draw now (rows, or slices for a slice sampler)."""
@@ -384,6 +421,16 @@ class ReplayBuffer:
         self._before_write()
         checkpoint.load_state_dict(self, state, allow_offline_mismatch=allow_offline_mismatch)
         self._drop_prefetched()
+
+    def save(self, path) -> None:
+        """Alias of :meth:`dumps` (TorchRL's name)."""
+        self.dumps(path)
+
+    dump = save
+
+    def load(self, path, **kwargs) -> None:
+        """Alias of :meth:`loads` (TorchRL's name)."""
+        self.loads(path, **kwargs)
 
     def dumps(self, path) -> None:
         """Save a checkpoint directory at ``path``, atomically (see :mod:`mixreplay.checkpoint`).

@@ -240,3 +240,46 @@ def test_n_by_t_batch_flattened_keeps_each_env_consecutive():
         rb.extend(data)
     rb.extend(data.reshape(-1))
     assert rb[:4]["env"].tolist() == [0, 0, 0, 0] and rb[:4]["t"].tolist() == [0, 1, 2, 3]
+
+
+# -- TorchRL methods -----------------------------------------------------------------------------
+
+
+def test_every_public_torchrl_method_is_supported_or_names_the_mixreplay_way():
+    from torchrl.data import ReplayBuffer as TRB
+
+    from mixreplay._torchrl_args import UNSUPPORTED_METHODS
+
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=2)
+    public = {n for n in dir(TRB) if not n.startswith("_")}
+    missing = []
+    for name in sorted(public):
+        if name in UNSUPPORTED_METHODS:
+            with pytest.raises(AttributeError, match=rf"ReplayBuffer has no TorchRL '{name}': "):
+                getattr(rb, name)
+        elif not hasattr(rb, name):
+            missing.append(name)
+    # append_transform / insert_transform are another session's (transforms on every source)
+    assert set(missing) <= {"append_transform", "insert_transform"}, missing
+    with pytest.raises(AttributeError, match="object has no attribute 'nope'"):
+        rb.nope  # noqa: B018
+
+
+def test_torchrl_aliases_and_small_methods(tmp_path):
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=4, generator=0,
+                      sampler=SamplerWithoutReplacement(shuffle=False))
+    rb.extend(rows(6))
+    assert rb.stats() == {"size": 6, "write_count": 6, "prefetch_queue_size": 0, "initialized": True,
+                          "capacity": 10, "utilization": 0.6}
+    assert rb.dim_extend == 0
+    assert rb.read_all_in_order()["x"].tolist() == list(range(6))
+    assert rb.read_all_in_order(2)["x"].tolist() == [0, 1]
+    assert rb.next()["x"].tolist() == [0, 1, 2, 3]
+    assert rb.next()["x"].tolist() == [4, 5]
+    assert rb.next() is None  # the epoch ended
+    assert rb.next()["x"].tolist() == [0, 1, 2, 3]
+    rb.save(tmp_path / "c")
+    twin = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=4, generator=0,
+                        sampler=SamplerWithoutReplacement(shuffle=False))
+    twin.load(tmp_path / "c")
+    assert twin.sample()["x"].tolist() == rb.sample()["x"].tolist() == [4, 5]

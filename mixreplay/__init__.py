@@ -21,6 +21,9 @@ from mixreplay.errors import (
 from mixreplay.mixing import MixtureReplayBuffer, OfflineToOnlineReplayBuffer
 from mixreplay.prefill import prefill_replay_buffer
 from mixreplay.samplers import RandomSampler, Sampler
+from mixreplay.samplers.prioritized import PrioritizedSampler
+from mixreplay.samplers.slice import SliceSampler
+from mixreplay.samplers.without_replacement import SamplerWithoutReplacement
 from mixreplay.schema import Field, Schema
 from mixreplay.split import split_counts
 from mixreplay.storage import FrozenStorage, LazyMemmapStorage, LazyTensorStorage, TensorStorage
@@ -40,12 +43,15 @@ __all__ = [
     "MixtureReplayBuffer",
     "OfflineDataset",
     "OfflineToOnlineReplayBuffer",
+    "PrioritizedSampler",
     "RandomSampler",
     "ReadOnlyError",
     "ReplayBuffer",
     "Sampler",
+    "SamplerWithoutReplacement",
     "Schema",
     "SchemaMismatchError",
+    "SliceSampler",
     "TensorStorage",
     "__version__",
     "list_prefixes",

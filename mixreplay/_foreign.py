@@ -159,6 +159,10 @@ class ForeignStorage(Locked):
             self.inner.empty()
             self._cursor = 0
 
+    def reset_write_count(self) -> None:
+        with self.lock:
+            self._write_count = 0
+
     def __repr__(self) -> str:
         return f"ForeignStorage({type(self.inner).__name__}, max_size={self.max_size}, len={len(self)})"
 
@@ -166,6 +170,9 @@ class ForeignStorage(Locked):
 def adapt_storage(storage) -> ForeignStorage:
     """Wrap a TorchRL ``Storage`` (anything with ``set``, ``get``, ``max_size``, ``len``)."""
     if all(hasattr(storage, a) for a in ("set", "get", "max_size", "__len__")):
+        from mixreplay.storage import check_ndim
+
+        check_ndim(getattr(storage, "ndim", 1))  # a TorchRL ndim=2 grid is not a ring of rows
         return ForeignStorage(storage)
     raise TypeError(
         f"storage must be a mixreplay storage (LazyTensorStorage, LazyMemmapStorage) or a "

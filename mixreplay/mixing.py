@@ -20,6 +20,7 @@ from tensordict import TensorDict, TensorDictBase
 from mixreplay._foreign import ForeignSource, strip_bookkeeping
 from mixreplay.buffer import ReplayBuffer, check_batch_size, make_generator
 from mixreplay.errors import EmptyBufferError, SchemaMismatchError
+from mixreplay.prefetch import Prefetcher, check_pin_memory, check_prefetch, pin
 from mixreplay.samplers import Sampler
 from mixreplay.schema import NestedKey, RowLayout, Schema, normalize_key
 from mixreplay.split import split_counts
@@ -76,8 +77,11 @@ class _MixingBuffer:
     _transform: Callable | None
     _source_key: tuple[str, ...] | None
 
-    def _init_common(self, batch_size, generator, transform, source_key) -> None:
+    def _init_common(self, batch_size, generator, transform, source_key, prefetch=None, pin_memory=False) -> None:
         self._batch_size = check_batch_size(batch_size)
+        self._prefetch = check_prefetch(prefetch, self._batch_size)
+        self._pin_memory = check_pin_memory(pin_memory)
+        self._prefetcher: Prefetcher | None = None  # started by the first sample()
         self._generator = make_generator(generator)
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
@@ -186,6 +190,79 @@ class _MixingBuffer:
                 )
         return counts
 
+    # -- prefetching (mixreplay.prefetch) --------------------------------------------------
+
+    def _prefetch_draw(self):
+        return self._sample_now(self._batch_size, True)
+
+    def _draw_snapshot(self):
+        samplers = tuple(s.sampler.draw_state() if isinstance(s, ReplayBuffer) else None for s in self._sources)
+        return self._generator.get_state(), samplers
+
+    def _restore_draws(self, state) -> None:
+        self._generator.set_state(state[0])
+        for src, saved in zip(self._sources, state[1]):
+            if isinstance(src, ReplayBuffer):
+                src.sampler.restore_draw_state(saved)
+
+    def _ran_out(self) -> bool:
+        return False
+
+    def _before_write(self) -> None:
+        # Draws already asked for see the buffer as it was when they were asked for.
+        if self._prefetcher is not None:
+            self._prefetcher.wait()
+
+    def _after_write(self) -> None:
+        if self._prefetcher is not None:
+            self._prefetcher.refill()
+
+    def _discard_prefetched(self) -> None:
+        if self._prefetcher is not None:
+            self._prefetcher.discard()
+
+    def _fractions_changed(self) -> None:
+        # Batches drawn ahead keep their split only while it is still the current one.
+        p = self._prefetcher
+        if p is not None and p.ready:
+            p.wait()
+            try:
+                counts = self._counts(self._batch_size)
+            except (EmptyBufferError, ValueError):
+                counts = None
+            # each queued result is (batch, (B, counts, ...)); a failed draw holds None
+            if any(r is None or r[1][1] != counts for r in p.queued()):
+                p.discard()
+
+    def close(self) -> None:
+        """Stop the prefetch thread (a no-op without ``prefetch``); later samples are drawn in the caller's thread."""
+        if self._prefetcher is not None:
+            self._prefetcher.discard()
+            self._prefetcher.close()
+            self._prefetcher = None
+            self._prefetch = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict:
+        self._discard_prefetched()
+        state = self.__dict__.copy()
+        state["_prefetcher"] = None
+        return state
+
+    @property
+    def prefetch(self) -> int:
+        """Batches the prefetch thread keeps ready (0: none)."""
+        return self._prefetch
+
+    @property
+    def pin_memory(self) -> bool:
+        return self._pin_memory
+
     def sample(self, batch_size: int | None = None, *, return_info: bool = False):
         """Draw one flat ``[batch_size]`` batch: each source's rows in source order.
 
@@ -200,8 +277,26 @@ class _MixingBuffer:
 
         Returns:
             The batch (new memory), or ``(batch, info)``.
+
+        With ``prefetch``, the batch comes from the prefetch thread (see :mod:`mixreplay.prefetch`).
         """
         B = self._resolve_batch_size(batch_size)
+        if self._prefetch and B == self._batch_size:
+            if self._prefetcher is None:
+                self._prefetcher = Prefetcher(
+                    self._prefetch_draw, self._prefetch, snapshot=self._draw_snapshot,
+                    restore=self._restore_draws, ran_out=self._ran_out,
+                )
+            (batch, extra), _ = self._prefetcher.next()
+        else:
+            self._discard_prefetched()  # another size: undo the queue, keep the sequence
+            batch, extra = self._sample_now(B, return_info)
+        if not return_info:
+            return batch
+        return batch, self._info(*extra)
+
+    def _sample_now(self, B: int, return_info: bool):
+        """One batch and what its info is built from (``None`` without ``return_info``)."""
         counts = self._counts(B)
         gen = self._generator
         if not self._fused:
@@ -217,7 +312,7 @@ class _MixingBuffer:
                     src = self._sources[i]
                     storage = src._storage
                     with storage.lock:
-                        idx = src._sampler.sample(storage, k, gen)
+                        idx = src.draw_unlocked(k, gen)
                         storage.gather_into(idx, out[pos : pos + k])
                     indices[i] = idx
                     pos += k
@@ -232,9 +327,19 @@ class _MixingBuffer:
                 batch.set(self._source_key, source)
         if self._transform is not None:
             batch = self._transform(batch)
+        if self._pin_memory:
+            batch = pin(batch)
         if not return_info:
-            return batch
-        return batch, self._info(B, counts, indices, source)
+            return batch, None
+        # The weights are read now: priorities may change before the info is built.
+        weights = [self._weight(i, idx) for i, idx in enumerate(indices)]
+        return batch, (B, counts, indices, source, weights)
+
+    def _weight(self, i: int, idx):
+        sampler = getattr(self._sources[i], "sampler", None)
+        if sampler is None or idx is None:
+            return None
+        return sampler.weight(idx, self._sources[i].storage)
 
     def _sample_generic(self, B: int, counts: list[int], indices: list) -> TensorDictBase:
         """Sources that are foreign or differ in layout: gather, align, write into one output."""
@@ -274,7 +379,7 @@ class _MixingBuffer:
             pos += n
         return layout.unpack(out, device)
 
-    def _info(self, B: int, counts: list[int], indices: list, source: torch.Tensor) -> TensorDict:
+    def _info(self, B: int, counts: list[int], indices: list, source: torch.Tensor, weights: list) -> TensorDict:
         index = torch.full((B,), -1, dtype=torch.int64)
         weight = None
         pos = 0
@@ -283,8 +388,7 @@ class _MixingBuffer:
                 continue
             if indices[i] is not None:
                 index[pos : pos + k] = indices[i].cpu()
-            sampler = getattr(self._sources[i], "sampler", None)
-            w = None if sampler is None or indices[i] is None else sampler.weight(indices[i], self._sources[i].storage)
+            w = weights[i]
             if w is not None:
                 if weight is None:
                     weight = torch.ones(B, dtype=torch.float32)
@@ -310,6 +414,7 @@ class _MixingBuffer:
                 f"(with 'source' and 'index'), got {type(info).__name__}"
             )
         priority = torch.as_tensor(priority).detach().reshape(-1)
+        self._before_write()
         B = info.batch_size[0]
         if priority.shape[0] != B:
             raise ValueError(
@@ -326,6 +431,7 @@ class _MixingBuffer:
                 lock = getattr(getattr(src, "storage", None), "lock", None) or _NO_LOCK
                 with lock:
                     sampler.update_priority(index[mask], priority.to(index.device)[mask])
+        self._after_write()
 
     # -- misc ------------------------------------------------------------------------------
 
@@ -344,6 +450,14 @@ class _MixingBuffer:
     def __len__(self) -> int:
         return sum(len(s) for s in self._sources)
 
+    @property
+    def write_count(self) -> int:
+        """Rows written through :meth:`extend` since creation (TorchRL's ``write_count``)."""
+        return sum(s.write_count for s in self._writable())
+
+    def _writable(self) -> list:
+        return [s for s in self._sources if isinstance(s, ReplayBuffer) and not isinstance(s.storage, FrozenStorage)]
+
     # -- checkpoints (mixreplay.checkpoint) ------------------------------------------------
 
     def state_dict(self) -> dict:
@@ -353,6 +467,7 @@ class _MixingBuffer:
         """
         from mixreplay import checkpoint
 
+        self._discard_prefetched()
         return checkpoint.state_dict(self)
 
     def load_state_dict(self, state: dict, *, allow_offline_mismatch: bool = False) -> None:
@@ -364,15 +479,21 @@ class _MixingBuffer:
         """
         from mixreplay import checkpoint
 
+        self._before_write()
         checkpoint.load_state_dict(self, state, allow_offline_mismatch=allow_offline_mismatch)
+        if self._prefetcher is not None:
+            self._prefetcher.drop()  # queued batches belong to the replaced state
 
     def dumps(self, path) -> None:
         """Save a checkpoint directory at ``path``, atomically (see :mod:`mixreplay.checkpoint`).
 
         Only the filled online rows are written; offline data is referenced, not copied.
+        While prefetching, the batches not yet returned are discarded and the generator
+        rewound first, as :meth:`ReplayBuffer.dumps <mixreplay.ReplayBuffer.dumps>` does.
         """
         from mixreplay import checkpoint
 
+        self._discard_prefetched()
         checkpoint.dumps(self, path)
 
     def loads(self, path, *, allow_offline_mismatch: bool = False) -> None:
@@ -386,7 +507,10 @@ class _MixingBuffer:
         """
         from mixreplay import checkpoint
 
+        self._before_write()
         checkpoint.loads(self, path, allow_offline_mismatch=allow_offline_mismatch)
+        if self._prefetcher is not None:
+            self._prefetcher.drop()  # queued batches belong to the replaced state
 
 
 class OfflineToOnlineReplayBuffer(_MixingBuffer):
@@ -432,6 +556,10 @@ class OfflineToOnlineReplayBuffer(_MixingBuffer):
         online_sampler: sampler of the online ring (uniform by default).
         source_key: when set, each batch carries an int64 ``[B]`` label under this
             key: 0 for offline rows, 1 for online rows.
+        prefetch: batches a background thread keeps ready (needs ``batch_size``; see
+            :mod:`mixreplay.prefetch`). A change of :meth:`anneal` or :meth:`set_step`
+            that changes the split redraws them, so every batch has the current split.
+        pin_memory: return batches in page-locked memory (needs CUDA).
         **dataset_kwargs: forwarded to the dataset loader with a dataset ID.
 
     Examples:
@@ -459,6 +587,8 @@ class OfflineToOnlineReplayBuffer(_MixingBuffer):
         generator: torch.Generator | int | None = None,
         online_sampler: Sampler | None = None,
         source_key: NestedKey | None = None,
+        prefetch: int | None = None,
+        pin_memory: bool = False,
         **dataset_kwargs,
     ):
         if online_storage is not None and online_capacity is not None:
@@ -490,7 +620,7 @@ class OfflineToOnlineReplayBuffer(_MixingBuffer):
                 f"unexpected keyword arguments {sorted(dataset_kwargs)}: dataset options are only "
                 "forwarded when offline_dataset is an ID string; pass them to your dataset instead"
             )
-        self._init_common(batch_size, generator, transform, source_key)
+        self._init_common(batch_size, generator, transform, source_key, prefetch, pin_memory)
         offline = _as_source(offline_dataset, "offline")
         if len(offline) == 0:
             raise ValueError(
@@ -539,9 +669,11 @@ class OfflineToOnlineReplayBuffer(_MixingBuffer):
         online = self._online_buffer
         if online.storage.schema is None and isinstance(data, TensorDictBase) and data.batch_dims >= 1:
             self._check_schemas(Schema.from_tensordict(data, batch_dims=data.batch_dims), target=1)
+        self._before_write()
         index = online.extend(data)
         if not self._fused:
             self._refresh_layout()
+        self._after_write()
         return index
 
     def add(self, row: TensorDictBase) -> int:
@@ -559,6 +691,7 @@ class OfflineToOnlineReplayBuffer(_MixingBuffer):
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
         self._offline_fraction = self._base_offline_fraction * max(0.0, 1.0 - step / total_steps)
+        self._fractions_changed()
 
     def set_step(self, step: int) -> None:
         """Move the offline-fraction schedule to ``step`` (no-op for a fixed float)."""
@@ -569,6 +702,7 @@ class OfflineToOnlineReplayBuffer(_MixingBuffer):
         if self._schedule is not None:  # evaluated first: a schedule that raises changes nothing
             self._offline_fraction = self._evaluate_schedule(step)
         self._step = step
+        self._fractions_changed()
 
     @property
     def offline_fraction(self) -> float:
@@ -586,6 +720,11 @@ class OfflineToOnlineReplayBuffer(_MixingBuffer):
     def online_buffer(self) -> ReplayBuffer:
         """The online :class:`~mixreplay.ReplayBuffer` that :meth:`extend` writes to."""
         return self._online_buffer
+
+    @property
+    def write_count(self) -> int:
+        """Online rows written since creation, overwritten ones included (TorchRL's trainer reads it)."""
+        return self._online_buffer.write_count
 
     @property
     def schedule(self):
@@ -627,6 +766,9 @@ class MixtureReplayBuffer(_MixingBuffer):
         samplers: name -> sampler, for sources given as storages (see below).
         transform: applied to each batch, last.
         source_key: when set, each batch carries the int64 source index of every row.
+        prefetch: batches a background thread keeps ready (needs ``batch_size``; see
+            :mod:`mixreplay.prefetch`); :meth:`set_step` redraws them if the split changes.
+        pin_memory: return batches in page-locked memory (needs CUDA).
 
     A source given as a storage (``LazyTensorStorage(...)``) becomes a
     :class:`~mixreplay.ReplayBuffer` with ``samplers.get(name)``.
@@ -659,6 +801,8 @@ class MixtureReplayBuffer(_MixingBuffer):
         samplers: Mapping[str, Sampler] | None = None,
         transform: Callable[[TensorDictBase], TensorDictBase] | None = None,
         source_key: NestedKey | None = None,
+        prefetch: int | None = None,
+        pin_memory: bool = False,
     ):
         if not isinstance(sources, Mapping) or not sources:
             raise TypeError(
@@ -686,7 +830,7 @@ class MixtureReplayBuffer(_MixingBuffer):
         unknown = set(samplers) - set(sources)
         if unknown:
             raise ValueError(f"samplers name unknown sources {sorted(unknown)}; sources are {sorted(sources)}")
-        self._init_common(batch_size, generator, transform, source_key)
+        self._init_common(batch_size, generator, transform, source_key, prefetch, pin_memory)
         self._names = tuple(sources)
         self._sources = []
         for name, obj in sources.items():
@@ -754,6 +898,7 @@ class MixtureReplayBuffer(_MixingBuffer):
             raise ValueError(f"step must be >= 0, got {step}")
         self._current = self._evaluate(step)  # first: a schedule that raises changes nothing
         self._step = step
+        self._fractions_changed()
 
     def source(self, name: str):
         """The buffer behind source ``name``."""
@@ -776,9 +921,11 @@ class MixtureReplayBuffer(_MixingBuffer):
             )
         if buf.storage.schema is None and isinstance(data, TensorDictBase) and data.batch_dims >= 1:
             self._check_schemas(Schema.from_tensordict(data, batch_dims=data.batch_dims), target=i)
+        self._before_write()
         index = buf.extend(data)
         if not self._fused:
             self._refresh_layout()
+        self._after_write()
         return index
 
     def __repr__(self) -> str:

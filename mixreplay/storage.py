@@ -99,6 +99,24 @@ def check_rows(data) -> int:
     return n
 
 
+def check_ndim(ndim) -> None:
+    """Refuse TorchRL's multi-dimensional storages (``ndim=2``), naming the mixreplay way.
+
+    TorchRL's ``LazyTensorStorage(n, ndim=2)`` keeps ``[N, T]`` collector batches as a
+    time-major ``[n // N, N]`` grid whose slices run down one env's column. mixreplay's
+    rings hold rows: flattening the batch env by env keeps each env's steps consecutive,
+    which is what its slice sampler and episode bookkeeping read.
+    """
+    if isinstance(ndim, bool) or not isinstance(ndim, int):
+        raise TypeError(f"ndim must be an int, got {type(ndim).__name__} {ndim!r}")
+    if ndim != 1:
+        raise ValueError(
+            f"ndim={ndim} is not supported: mixreplay storages are rings of rows (ndim=1); "
+            "extend a [N, T] collector batch as rows with rb.extend(data.reshape(-1)) "
+            "(env by env, so each env's steps stay consecutive for SliceSampler)"
+        )
+
+
 def check_row(row) -> None:
     """Raise a clear error unless ``row`` is one row: a TensorDict with batch ``[]``."""
     if not isinstance(row, TensorDictBase):
@@ -235,6 +253,8 @@ class TensorStorage(_PackedRows):
 
     Keyword Args:
         device: where the rows live (CPU by default).
+        ndim: TorchRL's storage dimensions; only 1 (a ring of rows) is supported, see
+            :func:`check_ndim`.
 
     Examples:
         >>> import torch
@@ -247,8 +267,9 @@ class TensorStorage(_PackedRows):
         tensor([3, 1, 2])
     """
 
-    def __init__(self, max_size: int, *, device: torch.device | str | None = None):
+    def __init__(self, max_size: int, *, device: torch.device | str | None = None, ndim: int = 1):
         super().__init__()
+        check_ndim(ndim)
         if isinstance(max_size, bool) or not isinstance(max_size, int):
             raise TypeError(f"max_size must be an int, got {type(max_size).__name__} {max_size!r}")
         if max_size <= 0:
@@ -332,6 +353,11 @@ class TensorStorage(_PackedRows):
         with self.lock:
             self._cursor = self._len = 0
 
+    def reset_write_count(self) -> None:
+        """Start :attr:`write_count` again from 0 (TorchRL's ``empty(empty_write_count=True)``)."""
+        with self.lock:
+            self._write_count = 0
+
     # -- state ---------------------------------------------------------------------------
 
     def _restore(self, rows: torch.Tensor, layout: RowLayout, cursor: int, length: int, write_count: int) -> None:
@@ -391,8 +417,10 @@ class LazyMemmapStorage(TensorStorage):
         tensor([1., 1.])
     """
 
-    def __init__(self, max_size: int, *, scratch_dir: str | os.PathLike | None = None, device=None):
-        super().__init__(max_size, device=device)
+    def __init__(
+        self, max_size: int, *, scratch_dir: str | os.PathLike | None = None, device=None, ndim: int = 1
+    ):
+        super().__init__(max_size, device=device, ndim=ndim)
         if self.device.type != "cpu":
             raise ValueError(f"LazyMemmapStorage lives in host memory; got device={self.device}")
         if scratch_dir is not None and not isinstance(scratch_dir, (str, os.PathLike)):

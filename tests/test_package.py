@@ -21,8 +21,8 @@ def test_exported_members_are_sorted_and_pinned():
         "BufferActorError", "CheckpointError", "DatasetError", "DatasetNotFoundError", "EmptyBufferError", "Field",
         "FrozenStorage", "LazyMemmapStorage", "LazyTensorStorage", "MissingDependencyError",
         "MixreplayError", "MixtureReplayBuffer", "OfflineDataset", "OfflineToOnlineReplayBuffer",
-        "RandomSampler", "ReadOnlyError", "ReplayBuffer", "Sampler", "Schema", "SchemaMismatchError",
-        "TensorStorage", "__version__", "list_prefixes", "load_dataset", "prefill_replay_buffer",
+        "PrioritizedSampler", "RandomSampler", "ReadOnlyError", "ReplayBuffer", "Sampler",
+        "SamplerWithoutReplacement", "Schema", "SchemaMismatchError", "SliceSampler", "TensorStorage", "__version__", "list_prefixes", "load_dataset", "prefill_replay_buffer",
         "register_dataset", "split_counts",
     }
     for name in mixreplay.__all__:

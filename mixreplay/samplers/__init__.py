@@ -7,7 +7,8 @@ that owns the generator owns the randomness and can save it::
     Sampler               the protocol
     ├── RandomSampler     uniform, with replacement (the default)
     ├── PrioritizedSampler  proportional to priority, with importance weights
-    └── SliceSampler      runs of consecutive steps inside one episode
+    ├── SliceSampler      runs of consecutive steps inside one episode
+    └── SamplerWithoutReplacement  epochs: every row once, in chunks of one permutation
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 
 from mixreplay.errors import EmptyBufferError
 
-__all__ = ["PrioritizedSampler", "RandomSampler", "Sampler", "SliceSampler"]
+__all__ = ["PrioritizedSampler", "RandomSampler", "Sampler", "SamplerWithoutReplacement", "SliceSampler"]
 
 
 class Sampler:
@@ -66,6 +67,17 @@ class Sampler:
 
     def load_state_dict(self, state: dict) -> None:
         return None
+
+    def draw_state(self):
+        """What :meth:`sample` changes in this sampler, as a snapshot (``None``: nothing).
+
+        A prefetching buffer records it before each draw, and puts it back with
+        :meth:`restore_draw_state` to undo draws it discards.
+        """
+        return None
+
+    def restore_draw_state(self, state) -> None:
+        """Put back a :meth:`draw_state` snapshot."""
 
     def config(self) -> dict:
         """Constructor arguments, JSON-able (saved in checkpoints)."""
@@ -139,4 +151,8 @@ def __getattr__(name: str):
         from mixreplay.samplers.slice import SliceSampler
 
         return SliceSampler
+    if name == "SamplerWithoutReplacement":
+        from mixreplay.samplers.without_replacement import SamplerWithoutReplacement
+
+        return SamplerWithoutReplacement
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,84 @@
+"""TorchRL replay-buffer arguments that mixreplay does not support, and what to do instead.
+
+A TorchRL user's ``ReplayBuffer(..., writer=..., shared=True)`` must not be
+silently accepted with a different meaning: each argument below is accepted
+only with TorchRL's default (which means what mixreplay does anyway) and
+refused otherwise with an error that names it and the mixreplay way.
+"""
+
+from __future__ import annotations
+
+__all__ = ["UNSUPPORTED", "UNSUPPORTED_METHODS", "check_unsupported", "unsupported_method"]
+
+#: argument -> (values that mean mixreplay's own behaviour, the mixreplay way)
+UNSUPPORTED: dict[str, tuple[tuple, str]] = {
+    "writer": ((None,), "rows are written in ring order (TorchRL's RoundRobinWriter); for "
+               "writers on other processes use mixreplay.distributed"),
+    "collate_fn": ((None,), "batches are always TensorDicts; convert them with transform=..."),
+    "sample_unit": ((None,), "for runs of consecutive steps use sampler=SliceSampler(slice_len=...)"),
+    "dim_extend": ((None, 0), "extend rows along dim 0; flatten a [N, T] batch first with "
+                   "data.reshape(-1) (each env's steps stay consecutive)"),
+    "checkpointer": ((None,), "save and restore with rb.dumps(path) / rb.loads(path)"),
+    "consume_after_n_samples": ((None,), "for one pass over the rows use "
+                                "sampler=SamplerWithoutReplacement()"),
+    "shared": ((False,), "threads share a buffer as is (each storage has a lock); for other "
+               "processes or machines host it in a Ray actor (mixreplay.distributed)"),
+    "compilable": ((None, False), "mixreplay's sample/extend are not traced by torch.compile; "
+                   "compile the learner's own step instead"),
+    "delayed_init": ((None, False), "storages already allocate on the first write; build the "
+                     "buffer in the process that uses it (or use mixreplay.distributed)"),
+    "service_backend": (("direct",), "host the buffer in a Ray actor with mixreplay.distributed"),
+    "service_backend_options": ((None,), "host the buffer in a Ray actor with mixreplay.distributed"),
+    "transport": (("auto", "direct"), "host the buffer in a Ray actor with mixreplay.distributed"),
+    "transport_options": ((None,), "host the buffer in a Ray actor with mixreplay.distributed"),
+    "priority_key": (("td_error",), "mixreplay does not read priorities from batches: call "
+                     "rb.update_priority(info['index'], priority) with the info of "
+                     "sample(return_info=True)"),
+}
+
+
+def check_unsupported(owner: str, kwargs: dict) -> None:
+    """Raise ``TypeError`` for a keyword that is unknown, or a TorchRL one with a value mixreplay lacks."""
+    for name, value in kwargs.items():
+        if name not in UNSUPPORTED:
+            raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}")
+        accepted, way = UNSUPPORTED[name]
+        if not any(value is a or (type(value) is type(a) and value == a) for a in accepted):
+            raise TypeError(
+                f"{owner} does not support TorchRL's {name}={value!r} (only "
+                f"{' / '.join(repr(a) for a in accepted)}, which is mixreplay's behaviour); {way}"
+            )
+
+
+_SERVICE = "mixreplay has no replay service of its own; host the buffer in a Ray actor with mixreplay.distributed"
+_IMMUTABLE = ("rows are written only by extend/add; to change stored rows, build them anew and "
+              "extend a fresh buffer")
+
+#: TorchRL ReplayBuffer methods and attributes mixreplay lacks -> the mixreplay way
+UNSUPPORTED_METHODS: dict[str, str] = {
+    "initialized": "a mixreplay buffer is ready once built (storages allocate on the first write)",
+    "as_remote": _SERVICE, "start": _SERVICE, "is_alive": _SERVICE, "service_backend": _SERVICE, "client": _SERVICE,
+    "shutdown": _SERVICE, "synchronize": _SERVICE,
+    "share": "threads share a buffer as is; for other processes use mixreplay.distributed",
+    "set_rng": "pass generator= (a torch.Generator or an int seed) when building the buffer",
+    "set_storage": "build a new buffer with the storage", "set_writer": "build a new buffer",
+    "set_sampler": "build a new buffer with the sampler",
+    "writer": "there is no writer object: rows are written in ring order",
+    "can_sample": "check len(rb) > 0 (or rb.available() for slices) before sampling",
+    "submit_update_if_present": _IMMUTABLE, "update_if_present": _IMMUTABLE,
+    "set_at_": _IMMUTABLE, "set_": _IMMUTABLE, "update_": _IMMUTABLE, "write_all": _IMMUTABLE,
+    "register_save_hook": "checkpoints have no hooks; post-process after rb.loads(path)",
+    "register_load_hook": "checkpoints have no hooks; post-process after rb.loads(path)",
+    "query": "filter trajectories from rb.storage.to_tensordict() (or use SliceSampler for slices)",
+    "mark_update": "mixreplay does not track staleness; weight rows with a PrioritizedSampler",
+    "update_tensordict_priority": "call rb.update_priority(info['index'], priority) with the info "
+                                  "of sample(return_info=True)",
+}
+
+
+def unsupported_method(owner: str, name: str) -> AttributeError:
+    """The error for a TorchRL attribute ``name`` that ``owner`` lacks (or Python's usual one)."""
+    way = UNSUPPORTED_METHODS.get(name)
+    if way is None:
+        return AttributeError(f"{owner!r} object has no attribute {name!r}")
+    return AttributeError(f"{owner} has no TorchRL {name!r}: {way}")

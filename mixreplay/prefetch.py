@@ -1,0 +1,218 @@
+"""Prefetching: a background thread keeps the next batches of a buffer ready.
+
+A buffer built with ``prefetch=N`` hands each :meth:`sample` a batch drawn
+earlier by one worker thread, and asks the worker for the next one, so up to
+``N`` batches are ready while the learner computes. Torch's gathers release the
+GIL, so the worker's copies overlap the learner's own torch work.
+
+Determinism: the worker is the only thread that draws while prefetching, it
+draws in order, and every write (``extend``, ``add``, ``update_priority``,
+``empty``, ``loads``) first waits for the draws already asked for. A batch is
+therefore drawn from the buffer as it was when it was asked for (up to ``N``
+samples earlier), never from a state that depends on thread timing: the same
+seed and the same calls give the same batches. On a buffer that is not
+written meanwhile, they are exactly the batches a buffer without prefetching
+returns.
+
+When batches are asked for: ``sample()`` hands out the oldest and owes one;
+the next write asks for it right after writing (so it sees the new rows), or
+else the next ``sample()`` does before handing out. A write therefore waits
+only for draws asked for one learner step earlier (in a ``sample, extend,
+compute`` loop they are done by then); up to ``N + 1`` batches exist at once.
+
+Rewinding: before each draw the worker records what that draw will change (the
+generator's state and the samplers' draw state, see
+:meth:`~mixreplay.Sampler.draw_state`). :meth:`Prefetcher.discard` drops the
+batches not yet handed out and restores that record, as if they had never been
+drawn. Buffers discard before a checkpoint and before a sample of another
+size, so a checkpoint holds the state of a buffer that drew exactly the batches
+it returned.
+
+The thread stops with the buffer's ``close()`` (also on leaving a ``with``
+block, and when the buffer is garbage-collected).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+
+import torch
+
+__all__ = ["Prefetcher", "check_pin_memory", "check_prefetch", "pin"]
+
+log = logging.getLogger(__name__)
+
+
+def check_prefetch(prefetch, batch_size) -> int:
+    """Validate ``prefetch`` (``None``/0 or a positive int); a prefetching buffer needs a batch size."""
+    if prefetch is None:
+        return 0
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int):
+        raise TypeError(
+            f"prefetch must be an int (batches kept ready) or None, got {type(prefetch).__name__} {prefetch!r}"
+        )
+    if prefetch < 0:
+        raise ValueError(f"prefetch must be >= 0 batches, got {prefetch}; use prefetch=2 or None")
+    if prefetch and batch_size is None:
+        raise ValueError(
+            f"prefetch={prefetch} needs batch_size= at construction: the worker draws batches "
+            "before sample() is called, so it must know their size"
+        )
+    return prefetch
+
+
+def check_pin_memory(pin_memory) -> bool:
+    """Validate ``pin_memory``; pinned memory needs an accelerator."""
+    if not isinstance(pin_memory, bool):
+        raise TypeError(f"pin_memory must be a bool, got {type(pin_memory).__name__} {pin_memory!r}")
+    if pin_memory and not torch.cuda.is_available():
+        raise ValueError(
+            "pin_memory=True needs a CUDA device (pinned host memory only speeds up copies to "
+            "one) and none is available; drop pin_memory, or move batches with batch.to(device)"
+        )
+    return pin_memory
+
+
+def pin(batch):
+    """``batch`` in page-locked memory, when it is on the CPU."""
+    if batch.device is not None and batch.device.type != "cpu":
+        return batch
+    return batch.pin_memory()
+
+
+class Prefetcher:
+    """One worker thread drawing batches ahead, in order, with rewindable draws.
+
+    Args:
+        draw: called in the worker; returns what :meth:`next` hands out.
+        depth: batches to keep asked for.
+        snapshot: called in the worker right before each draw; returns what
+            :meth:`discard` hands to ``restore`` to undo that draw and the later ones.
+        restore: puts a snapshot back.
+        ran_out: called after each draw; whether that draw ended an epoch
+            (see :class:`~mixreplay.samplers.SamplerWithoutReplacement`).
+    """
+
+    def __init__(
+        self,
+        draw: Callable[[], object],
+        depth: int,
+        *,
+        snapshot: Callable[[], object],
+        restore: Callable[[object], None],
+        ran_out: Callable[[], bool],
+    ):
+        # Weak references to the owner's methods: the owner holds the prefetcher, and a buffer
+        # dropped by the user is freed (and its thread stopped) without waiting for the GC.
+        self._draw, self._snapshot, self._restore, self._ran_out = (
+            weakref.WeakMethod(f) for f in (draw, snapshot, restore, ran_out)
+        )
+        self.depth = depth
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mixreplay-prefetch")
+        self._queue: collections.deque[Future] = collections.deque()
+        self._lock = threading.Lock()
+        self._started = False  # writes refill the queue only once sampling has begun
+        # The finalizer holds the executor, not the prefetcher: a dropped buffer stops its thread.
+        self._finalizer = weakref.finalize(self, self._executor.shutdown, wait=False, cancel_futures=True)
+
+    @staticmethod
+    def _call(ref, *args):
+        fn = ref()
+        if fn is None:
+            raise ReferenceError("the buffer that owned this prefetcher was garbage-collected")
+        return fn(*args)
+
+    def _job(self):
+        snapshot = self._snapshot()
+        if snapshot is None:  # the buffer is gone: an unraised error holds no frame, hence no cycle
+            return None, None, ReferenceError("the buffer was garbage-collected"), False
+        state = snapshot()
+        try:
+            result = self._call(self._draw)
+        except Exception as err:  # handed to the caller of next(), in order
+            return state, None, err, False
+        return state, result, None, bool(self._call(self._ran_out))
+
+    def _top_up(self) -> None:
+        # depth + 1: the pop that follows leaves ``depth`` batches asked for between calls.
+        while len(self._queue) < self.depth + 1:
+            self._queue.append(self._executor.submit(self._job))
+
+    def refill(self) -> None:
+        """Ask for the batches owed, after a write (so they see it) once sampling has started."""
+        with self._lock:
+            if self._started and not self.closed:
+                self._top_up()
+
+    def next(self) -> tuple[object, bool]:
+        """The oldest prefetched result and its ``ran_out`` flag (drawn now if none is queued).
+
+        An error raised by the draw is raised here; the draws asked for after it are
+        discarded (rewound), so the next call starts again from the failed draw.
+        """
+        if self.closed:
+            raise RuntimeError("the buffer was closed: its prefetch thread is stopped; build a new buffer")
+        with self._lock:
+            self._started = True
+            self._top_up()
+            state, result, err, ran_out = self._queue.popleft().result()
+            if err is not None:
+                self._discard_locked()
+                self._call(self._restore, state)
+                raise err
+        return result, ran_out
+
+    def wait(self) -> None:
+        """Block until every draw asked for so far has run (called before each write)."""
+        with self._lock:
+            pending = list(self._queue)
+        if pending:
+            wait_futures(pending)
+
+    def _discard_locked(self):
+        pending = list(self._queue)
+        self._queue.clear()
+        if not pending:
+            return None
+        wait_futures(pending)
+        return pending[0].result()[0]
+
+    def discard(self) -> None:
+        """Drop the batches not handed out yet and rewind to before they were drawn."""
+        with self._lock:
+            state = self._discard_locked()
+            if state is not None:
+                self._call(self._restore, state)
+
+    def drop(self) -> None:
+        """Drop the batches not handed out yet without rewinding (the state is being replaced)."""
+        with self._lock:
+            self._discard_locked()
+
+    def queued(self) -> list:
+        """The results waiting to be handed out, oldest first (``None`` for a failed draw)."""
+        self.wait()
+        with self._lock:
+            return [f.result()[1] for f in self._queue]
+
+    @property
+    def ready(self) -> int:
+        """Batches asked for and not yet handed out."""
+        return len(self._queue)
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Stop the worker thread (waits for the draw in progress); idempotent."""
+        with self._lock:
+            self._queue.clear()
+        if self._finalizer.detach() is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,115 @@
+"""Epochs of distinct rows: TorchRL's ``SamplerWithoutReplacement``."""
+
+from __future__ import annotations
+
+import torch
+
+from mixreplay.errors import EmptyBufferError
+from mixreplay.samplers import Sampler
+
+__all__ = ["SamplerWithoutReplacement"]
+
+
+class SamplerWithoutReplacement(Sampler):
+    """Every row once per epoch: batches are consecutive chunks of one permutation.
+
+    The sampler draws a permutation of the rows held (or their slot order with
+    ``shuffle=False``) and hands out its next ``n`` entries per batch. The
+    batch that exhausts it ends the epoch (:attr:`ran_out` turns true, which
+    ends ``iter(rb)``), and a new permutation is drawn right away. When the
+    number of rows changes between two batches, a new permutation of all rows
+    is drawn (as TorchRL does: it cannot tell which rows were already handed out).
+
+    Args:
+        drop_last: at the end of an epoch, drop the last chunk when it is shorter
+            than the batch (the next permutation starts) instead of returning it
+            as a short batch.
+        shuffle: permute the rows (default), or hand them out in slot order.
+
+    A mixing buffer needs exactly its share of rows: there a short chunk is
+    completed from the next permutation.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from mixreplay import LazyTensorStorage, ReplayBuffer, SamplerWithoutReplacement
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(100), batch_size=4, generator=0,
+        ...                   sampler=SamplerWithoutReplacement(shuffle=False))
+        >>> _ = rb.extend(TensorDict({"x": torch.arange(10)}, [10]))
+        >>> [batch["x"].tolist() for batch in rb]
+        [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    """
+
+    def __init__(self, drop_last: bool = False, shuffle: bool = True):
+        for name, value in (("drop_last", drop_last), ("shuffle", shuffle)):
+            if not isinstance(value, bool):
+                raise TypeError(
+                    f"SamplerWithoutReplacement {name} must be a bool, got {type(value).__name__} {value!r}"
+                )
+        self.drop_last = drop_last
+        self.shuffle = shuffle
+        self._order: torch.Tensor | None = None  # the current epoch's permutation
+        self._pos = 0  # entries of it already handed out
+        self._len = 0  # rows held when it was drawn
+        self.ran_out = False
+
+    def config(self) -> dict:
+        return {"drop_last": self.drop_last, "shuffle": self.shuffle}
+
+    def _new_epoch(self, size: int, generator: torch.Generator) -> None:
+        if self.shuffle:
+            self._order = torch.randperm(size, generator=generator, device=generator.device)
+        else:
+            self._order = torch.arange(size, device=generator.device)
+        self._pos, self._len = 0, size
+
+    def sample(self, storage, n: int, generator: torch.Generator) -> torch.Tensor:
+        size = len(storage)
+        if size == 0:
+            raise EmptyBufferError("cannot sample: the source holds no rows; extend it first")
+        if self.drop_last and n > size:  # checked before drawing: a refused batch changes nothing
+            raise ValueError(
+                f"batch_size {n} is larger than the {size} rows held, so with drop_last=True no "
+                "batch could be returned without repeating rows; ask for at most "
+                f"{size} rows, or use SamplerWithoutReplacement(drop_last=False)"
+            )
+        if self._order is None or self._len != size:
+            self._new_epoch(size, generator)
+        index = self._order[self._pos : self._pos + n]
+        self._pos += index.numel()
+        left = self._len - self._pos
+        self.ran_out = left == 0 or (self.drop_last and left < n)
+        if self.ran_out:
+            self._new_epoch(size, generator)
+        return index
+
+    def available(self, storage) -> int:
+        return len(storage)
+
+    # -- state -----------------------------------------------------------------------------
+
+    def draw_state(self):
+        # The permutation is replaced, never written in place, so a reference is a snapshot.
+        return self._order, self._pos, self._len, self.ran_out
+
+    def restore_draw_state(self, state) -> None:
+        self._order, self._pos, self._len, self.ran_out = state
+
+    def state_dict(self) -> dict:
+        order = torch.empty(0, dtype=torch.int64) if self._order is None else self._order.cpu()
+        return {"order": order, "pos": self._pos, "len": self._len, "ran_out": self.ran_out,
+                "started": self._order is not None}
+
+    def load_state_dict(self, state: dict) -> None:
+        order = state["order"]
+        if not isinstance(order, torch.Tensor) or order.dtype != torch.int64 or order.dim() != 1:
+            raise ValueError("SamplerWithoutReplacement state: 'order' must be a 1-D int64 tensor")
+        pos, length = int(state["pos"]), int(state["len"])
+        started = bool(state["started"])
+        if started and (order.numel() != length or not 0 <= pos <= length):
+            raise ValueError(
+                f"SamplerWithoutReplacement state: position {pos} and length {length} do not fit "
+                f"a permutation of {order.numel()} rows"
+            )
+        self._order = order.clone() if started else None
+        self._pos, self._len, self.ran_out = pos, length, bool(state["ran_out"])

@@ -1,0 +1,305 @@
+"""prefetch=N: batches drawn ahead by one thread, equal to the synchronous sequence, rewound on checkpoints."""
+
+import gc
+import threading
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from mixreplay import (
+    LazyTensorStorage,
+    MixtureReplayBuffer,
+    OfflineToOnlineReplayBuffer,
+    PrioritizedSampler,
+    ReplayBuffer,
+    SamplerWithoutReplacement,
+)
+from mixreplay.errors import EmptyBufferError
+
+
+def rows(n, start=0):
+    x = torch.arange(start, start + n)
+    return TensorDict({"x": x, "obs": x.float().unsqueeze(-1).expand(n, 3).clone()}, [n])
+
+
+def prefetch_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("mixreplay-prefetch")]
+
+
+@pytest.fixture(autouse=True)
+def no_thread_left():
+    yield
+    gc.collect()
+    for t in prefetch_threads():
+        t.join(timeout=5)
+    assert prefetch_threads() == []
+
+
+def make_rb(prefetch, sampler=None, n=50):
+    rb = ReplayBuffer(storage=LazyTensorStorage(1000), batch_size=8, generator=123,
+                      prefetch=prefetch, sampler=sampler)
+    rb.extend(rows(n))
+    return rb
+
+
+def xs(batches):
+    return [b["x"].tolist() for b in batches]
+
+
+@pytest.mark.parametrize("depth", [1, 2, 5])
+@pytest.mark.parametrize("kind", ["random", "without", "prioritized"])
+def test_prefetched_batches_equal_the_synchronous_sequence(depth, kind):
+    def sampler():
+        return {"random": None, "without": SamplerWithoutReplacement(),
+                "prioritized": PrioritizedSampler()}[kind]
+
+    with make_rb(None, sampler()) as plain, make_rb(depth, sampler()) as ahead:
+        assert xs(plain.sample() for _ in range(20)) == xs(ahead.sample() for _ in range(20))
+        assert ahead._prefetcher.ready == depth
+
+
+def test_same_seed_same_batches_with_interleaved_writes():
+    # Writes wait for the draws already asked for, so thread timing never shows in a batch.
+    def run():
+        with make_rb(2) as rb:
+            out = []
+            for i in range(30):
+                out.append(rb.sample()["x"].tolist())
+                rb.extend(rows(3, 1000 + 3 * i))
+            return out
+
+    first, second = run(), run()
+    assert first == second
+    assert any(v >= 1000 for b in first for v in b)  # new rows do reach later batches
+
+
+def test_other_batch_size_rewinds_the_queue():
+    with make_rb(None) as plain, make_rb(3) as ahead:
+        seq = [8, 8, 5, 8, 3, 8, 8]
+        assert xs(plain.sample(n) for n in seq) == xs(ahead.sample(n) for n in seq)
+
+
+def test_iter_without_replacement_is_one_epoch_even_when_prefetching():
+    for depth in (None, 2):
+        with make_rb(depth, SamplerWithoutReplacement(), n=20) as rb:
+            epoch = xs(rb)
+            assert [len(b) for b in epoch] == [8, 8, 4]
+            assert sorted(sum(epoch, [])) == list(range(20))
+            assert sorted(sum(xs(rb), [])) == list(range(20))  # the next epoch
+
+
+def test_error_in_the_thread_surfaces_in_sample_and_leaves_the_sequence():
+    calls = {"n": 0}
+
+    def flaky(batch):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("transform failed on purpose")
+        return batch
+
+    plain = ReplayBuffer(storage=LazyTensorStorage(100), batch_size=4, generator=5)
+    ahead = ReplayBuffer(storage=LazyTensorStorage(100), batch_size=4, generator=5, prefetch=2,
+                         transform=flaky)
+    plain.extend(rows(30))
+    ahead.extend(rows(30))
+    got = [ahead.sample()["x"].tolist(), ahead.sample()["x"].tolist()]
+    with pytest.raises(RuntimeError, match="transform failed on purpose"):
+        ahead.sample()
+    got += [ahead.sample()["x"].tolist() for _ in range(3)]  # the failed draw is drawn again
+    assert got == xs(plain.sample() for _ in range(5))
+    ahead.close()
+
+
+def test_empty_buffer_error_surfaces():
+    with ReplayBuffer(storage=LazyTensorStorage(10), batch_size=2, prefetch=2) as rb:
+        with pytest.raises(EmptyBufferError, match="extend it with rows first"):
+            rb.sample()
+        rb.extend(rows(4))
+        assert rb.sample().batch_size == torch.Size([2])
+
+
+def test_close_stops_the_thread_and_keeps_the_sequence():
+    plain, ahead = make_rb(None), make_rb(2)
+    a = xs(ahead.sample() for _ in range(3))
+    assert prefetch_threads()
+    ahead.close()
+    a += xs(ahead.sample() for _ in range(3))  # drawn synchronously, rewound first
+    assert a == xs(plain.sample() for _ in range(6))
+    assert ahead.prefetch == 0
+
+
+def test_dropped_buffer_stops_its_thread():
+    rb = make_rb(3)
+    rb.sample()
+    assert prefetch_threads()
+    del rb  # the autouse fixture checks that no thread is left
+
+
+@pytest.mark.parametrize("how", ["dumps", "state_dict"])
+def test_checkpoint_discards_and_rewinds(tmp_path, how):
+    plain, ahead = make_rb(None), make_rb(3)
+    assert xs(plain.sample() for _ in range(4)) == xs(ahead.sample() for _ in range(4))
+    twin = make_rb(None)
+    if how == "dumps":
+        ahead.dumps(tmp_path / "ckpt")
+        twin.loads(tmp_path / "ckpt")
+    else:
+        twin.load_state_dict(ahead.state_dict())
+    after_live = xs(ahead.sample() for _ in range(5))
+    # The restored buffer, the live one and one that never prefetched agree from here on.
+    assert xs(twin.sample() for _ in range(5)) == after_live == xs(plain.sample() for _ in range(5))
+    ahead.close()
+
+
+def test_loads_into_a_prefetching_buffer(tmp_path):
+    src = make_rb(None)
+    src.sample()
+    src.dumps(tmp_path / "ckpt")
+    expected = xs(src.sample() for _ in range(4))
+    with make_rb(2) as rb:
+        rb.sample()  # fill its queue with batches of the state about to be replaced
+        rb.loads(tmp_path / "ckpt")
+        assert xs(rb.sample() for _ in range(4)) == expected
+
+
+def test_prefetch_needs_a_batch_size_and_an_int():
+    with pytest.raises(ValueError, match="prefetch=2 needs batch_size="):
+        ReplayBuffer(storage=LazyTensorStorage(10), prefetch=2)
+    with pytest.raises(TypeError, match="prefetch must be an int"):
+        ReplayBuffer(storage=LazyTensorStorage(10), batch_size=2, prefetch=1.5)
+    with pytest.raises(ValueError, match="prefetch must be >= 0"):
+        ReplayBuffer(storage=LazyTensorStorage(10), batch_size=2, prefetch=-1)
+    with pytest.raises(ValueError, match="prefetch=2 needs batch_size="):
+        OfflineToOnlineReplayBuffer(make_rb(None), online_capacity=10, prefetch=2)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only refusal")
+def test_pin_memory_without_cuda_is_refused():
+    with pytest.raises(ValueError, match="pin_memory=True needs a CUDA device"):
+        ReplayBuffer(storage=LazyTensorStorage(10), pin_memory=True)
+    with pytest.raises(ValueError, match="pin_memory=True needs a CUDA device"):
+        OfflineToOnlineReplayBuffer(make_rb(None), online_capacity=10, pin_memory=True)
+    with pytest.raises(TypeError, match="pin_memory must be a bool"):
+        ReplayBuffer(storage=LazyTensorStorage(10), pin_memory="yes")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_pin_memory_returns_pinned_batches():
+    with ReplayBuffer(storage=LazyTensorStorage(100), batch_size=4, pin_memory=True, prefetch=2) as rb:
+        rb.extend(rows(10))
+        batch = rb.sample()
+        assert all(v.is_pinned() for v in batch.values(True, True))
+
+
+# -- mixing buffers ------------------------------------------------------------------------------
+
+
+def make_o2o(prefetch, fraction=0.5):
+    offline = ReplayBuffer(storage=LazyTensorStorage(100))
+    offline.extend(rows(40))
+    rb = OfflineToOnlineReplayBuffer(offline, online_capacity=100, offline_fraction=fraction,
+                                     batch_size=10, generator=7, prefetch=prefetch, source_key="src")
+    rb.extend(rows(20, 500))
+    return rb
+
+
+def test_mixing_prefetch_equals_sync_and_is_deterministic_with_writes():
+    plain, ahead = make_o2o(None), make_o2o(2)
+    seq_p, seq_a = [], []
+    for _ in range(15):
+        seq_p.append(plain.sample(return_info=True))
+        seq_a.append(ahead.sample(return_info=True))
+    for (bp, ip), (ba, ia) in zip(seq_p, seq_a):
+        assert torch.equal(bp["x"], ba["x"]) and torch.equal(ip["index"], ia["index"])
+        assert torch.equal(ip["source"], ia["source"])
+    ahead.close()
+
+    def run():
+        with make_o2o(3) as rb:
+            out = []
+            for i in range(12):
+                out.append(rb.sample()["x"].tolist())
+                rb.extend(rows(2, 900 + 2 * i))
+            return out
+
+    assert run() == run()
+
+
+def test_anneal_that_changes_the_split_redraws_the_queue():
+    plain, ahead = make_o2o(None, 0.5), make_o2o(3, 0.5)
+    for step in range(0, 100, 10):
+        plain.anneal(step, 100)
+        ahead.anneal(step, 100)
+        bp, ba = plain.sample(), ahead.sample()
+        assert torch.equal(bp["x"], ba["x"])
+        assert ba["src"].tolist().count(0) == round(ahead.offline_fraction * 10)
+    ahead.close()
+
+
+def test_mixture_prefetch_and_checkpoint(tmp_path):
+    def make(prefetch):
+        mix = MixtureReplayBuffer({"a": LazyTensorStorage(50), "b": LazyTensorStorage(50)},
+                                  {"a": 0.3, "b": 0.7}, batch_size=10, generator=3, prefetch=prefetch)
+        mix.extend(rows(20), source="a")
+        mix.extend(rows(20, 100), source="b")
+        return mix
+
+    plain, ahead, twin = make(None), make(2), make(None)
+    assert xs(plain.sample() for _ in range(3)) == xs(ahead.sample() for _ in range(3))
+    ahead.dumps(tmp_path / "mix")
+    twin.loads(tmp_path / "mix")
+    assert xs(twin.sample() for _ in range(4)) == xs(ahead.sample() for _ in range(4)) == xs(
+        plain.sample() for _ in range(4))
+    assert ahead.write_count == 40
+    ahead.close()
+
+
+# -- properties ----------------------------------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_op = st.one_of(
+    st.just(("sample", None)),
+    st.tuples(st.just("sample"), st.integers(1, 12)),
+    st.just(("state_dict", None)),
+    st.just(("iter", None)),
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(depth=st.integers(1, 4), ops=st.lists(_op, min_size=1, max_size=12),
+       kind=st.sampled_from(["random", "without"]))
+def test_any_sequence_of_reads_matches_the_synchronous_buffer(depth, ops, kind):
+    def make(prefetch):
+        sampler = SamplerWithoutReplacement() if kind == "without" else None
+        return make_rb(prefetch, sampler, n=30)
+
+    plain, ahead = make(None), make(depth)
+    try:
+        for op, arg in ops:
+            if op == "sample":
+                assert plain.sample(arg)["x"].tolist() == ahead.sample(arg)["x"].tolist()
+            elif op == "state_dict":
+                sp, sa = plain.state_dict(), ahead.state_dict()
+                assert torch.equal(sp["generators"]["main"]["state"], sa["generators"]["main"]["state"])
+            else:
+                # the first three batches of an iteration (fewer when an epoch ends first)
+                assert [b["x"].tolist() for b, _ in zip(plain, range(3))] == [
+                    b["x"].tolist() for b, _ in zip(ahead, range(3))]
+    finally:
+        ahead.close()
+
+
+def test_pickled_prefetching_buffer_continues_the_same_sequence():
+    import pickle
+
+    with make_rb(2) as rb:
+        rb.sample()
+        copy = pickle.loads(pickle.dumps(rb))
+        try:
+            assert copy.prefetch == 2
+            assert xs(copy.sample() for _ in range(5)) == xs(rb.sample() for _ in range(5))
+        finally:
+            copy.close()

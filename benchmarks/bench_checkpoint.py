@@ -79,29 +79,67 @@ def bench_checkpoints(args, root: Path) -> list:
     rows = hopper_rows(args.filled, seed=2)
     offline = mixreplay.OfflineDataset.from_tensordict(hopper_rows(args.capacity, seed=1))
     results = []
-    results.append(("mixreplay ReplayBuffer", time_checkpoint(
-        "mixreplay ReplayBuffer",
-        lambda: mixreplay.ReplayBuffer(storage=mixreplay.LazyTensorStorage(args.capacity), generator=0),
-        lambda rb: rb.extend(rows), args.rounds, root)))
-    results.append(("mixreplay OfflineToOnline", time_checkpoint(
-        "mixreplay OfflineToOnline",
-        lambda: mixreplay.OfflineToOnlineReplayBuffer(offline, online_capacity=args.capacity, generator=0),
-        lambda rb: rb.extend(rows), args.rounds, root)))
-    results.append(("torchrl 0.14.1 ReplayBuffer", time_checkpoint(
-        "torchrl ReplayBuffer", lambda: TRB(storage=TLazy(args.capacity)), lambda rb: rb.extend(rows), args.rounds, root)))
+    results.append(
+        (
+            "mixreplay ReplayBuffer",
+            time_checkpoint(
+                "mixreplay ReplayBuffer",
+                lambda: mixreplay.ReplayBuffer(
+                    storage=mixreplay.LazyTensorStorage(args.capacity), generator=0
+                ),
+                lambda rb: rb.extend(rows),
+                args.rounds,
+                root,
+            ),
+        )
+    )
+    results.append(
+        (
+            "mixreplay OfflineToOnline",
+            time_checkpoint(
+                "mixreplay OfflineToOnline",
+                lambda: mixreplay.OfflineToOnlineReplayBuffer(
+                    offline, online_capacity=args.capacity, generator=0
+                ),
+                lambda rb: rb.extend(rows),
+                args.rounds,
+                root,
+            ),
+        )
+    )
+    results.append(
+        (
+            "torchrl 0.14.1 ReplayBuffer",
+            time_checkpoint(
+                "torchrl ReplayBuffer",
+                lambda: TRB(storage=TLazy(args.capacity)),
+                lambda rb: rb.extend(rows),
+                args.rounds,
+                root,
+            ),
+        )
+    )
     probe = mixreplay.LazyTensorStorage(args.capacity)
     probe.extend(rows[:1])
     filled = args.filled * probe.row_bytes
     data = args.filled * probe.layout.data_bytes
-    print(f"dumps/loads: capacity {args.capacity:,}, {args.filled:,} rows filled; filled bytes "
-          f"{filled / 1e6:.2f} MB ({probe.row_bytes} B/row packed), data bytes {data / 1e6:.2f} MB")
-    print(f"{'buffer':<30}{'dumps s':>9}{'loads s':>9}{'on disk MB':>12}{'allocated MB':>14}{'÷ filled':>10}")
+    print(
+        f"dumps/loads: capacity {args.capacity:,}, {args.filled:,} rows filled; filled bytes "
+        f"{filled / 1e6:.2f} MB ({probe.row_bytes} B/row packed), data bytes {data / 1e6:.2f} MB"
+    )
+    print(
+        f"{'buffer':<30}{'dumps s':>9}{'loads s':>9}{'on disk MB':>12}{'allocated MB':>14}{'÷ filled':>10}"
+    )
     for name, r in results:
-        print(f"{name:<30}{r['dumps_s']:9.3f}{r['loads_s']:9.3f}{r['apparent'] / 1e6:12.2f}"
-              f"{r['allocated'] / 1e6:14.2f}{r['apparent'] / filled:9.2f}x")
+        print(
+            f"{name:<30}{r['dumps_s']:9.3f}{r['loads_s']:9.3f}{r['apparent'] / 1e6:12.2f}"
+            f"{r['allocated'] / 1e6:14.2f}{r['apparent'] / filled:9.2f}x"
+        )
     m, t = results[0][1], results[2][1]
-    print(f"torchrl / mixreplay: {t['apparent'] / m['apparent']:.1f}x the bytes, dumps "
-          f"{t['dumps_s'] / m['dumps_s']:.1f}x the time, loads {t['loads_s'] / m['loads_s']:.1f}x the time")
+    print(
+        f"torchrl / mixreplay: {t['apparent'] / m['apparent']:.1f}x the bytes, dumps "
+        f"{t['dumps_s'] / m['dumps_s']:.1f}x the time, loads {t['loads_s'] / m['loads_s']:.1f}x the time"
+    )
     return results
 
 
@@ -168,8 +206,12 @@ def bench_concurrency(args) -> list:
     run("+ collector, flat out", flat_out)
     run("sample(256) alone, again", None)
     base = results[0][1]
-    print(f"\nmixed sample(256), offline 1,000,000 rows, online {args.filled:,} rows, torch threads {torch.get_num_threads()}")
-    print(f"{'learner':<36}{'µs/sample':>11}{'samples/s':>11}{'vs alone':>10}{'rows/s written':>16}")
+    print(
+        f"\nmixed sample(256), offline 1,000,000 rows, online {args.filled:,} rows, torch threads {torch.get_num_threads()}"
+    )
+    print(
+        f"{'learner':<36}{'µs/sample':>11}{'samples/s':>11}{'vs alone':>10}{'rows/s written':>16}"
+    )
     for label, us, rows in results:
         rows = 0 if "no write" in label or "another" in label else rows
         print(f"{label:<36}{us:11.1f}{1e6 / us:11.0f}{us / base:9.2f}x{rows:16,.0f}")
@@ -177,12 +219,16 @@ def bench_concurrency(args) -> list:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--filled", type=int, default=100_000)
     p.add_argument("--capacity", type=int, default=1_000_000)
     p.add_argument("--seconds", type=float, default=3.0, help="sampling time per concurrency case")
-    p.add_argument("--dir", default=None, help="where to write checkpoints (a temporary directory by default)")
+    p.add_argument(
+        "--dir", default=None, help="where to write checkpoints (a temporary directory by default)"
+    )
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore")
     root = Path(tempfile.mkdtemp(prefix="bench-ckpt-", dir=args.dir))

@@ -76,11 +76,15 @@ def hopper_chunks(rows: int, chunk: int = 1 << 20, episode_len: int = 1000):
             {
                 "observation": i.expand(n, OBS) * 1e-3,
                 "action": i.expand(n, ACT) * -1e-3,
-                "done": live, "terminated": live, "truncated": live,
+                "done": live,
+                "terminated": live,
+                "truncated": live,
                 "next": {
                     "observation": (i + 1).expand(n, OBS) * 1e-3,
                     "reward": i * 1e-6,
-                    "done": end, "terminated": torch.zeros_like(end), "truncated": end,
+                    "done": end,
+                    "terminated": torch.zeros_like(end),
+                    "truncated": end,
                 },
             },
             batch_size=[n],
@@ -120,17 +124,27 @@ def write_minari(dataset_id: str, rows: int, episode_len: int) -> None:
         trunc = [False] * (n - 1) + [True]
         episodes.append(
             EpisodeBuffer(
-                id=e, observations=g.standard_normal((n + 1, OBS), dtype=np.float32),
-                actions=g.standard_normal((n, ACT), dtype=np.float32), rewards=g.standard_normal(n).tolist(),
-                terminations=[False] * n, truncations=trunc, infos={},
+                id=e,
+                observations=g.standard_normal((n + 1, OBS), dtype=np.float32),
+                actions=g.standard_normal((n, ACT), dtype=np.float32),
+                rewards=g.standard_normal(n).tolist(),
+                terminations=[False] * n,
+                truncations=trunc,
+                infos={},
             )
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         minari.create_dataset_from_buffers(
-            dataset_id, episodes, observation_space=box(OBS), action_space=box(ACT),
-            algorithm_name="bench", author="bench", author_email="bench@example.invalid",
-            code_permalink="https://example.invalid", description="bench",
+            dataset_id,
+            episodes,
+            observation_space=box(OBS),
+            action_space=box(ACT),
+            algorithm_name="bench",
+            author="bench",
+            author_email="bench@example.invalid",
+            code_permalink="https://example.invalid",
+            description="bench",
         )
 
 
@@ -170,9 +184,16 @@ def child_open(dataset_id: str, samples: int, cold: bool = False) -> dict:
         ds.sample()
     t_sample = (time.perf_counter() - t0) / max(1, samples - 10)
     r2 = rss()
-    return {"rows": len(ds), "open_s": t_open, "open": delta(r0, r1), "sampled10": delta(r0, r10), "sampled": delta(r0, r2),
-            "sample_s": t_sample,
-            "row_bytes": ds.storage.row_bytes, "import_s": t_import}
+    return {
+        "rows": len(ds),
+        "open_s": t_open,
+        "open": delta(r0, r1),
+        "sampled10": delta(r0, r10),
+        "sampled": delta(r0, r2),
+        "sample_s": t_sample,
+        "row_bytes": ds.storage.row_bytes,
+        "import_s": t_import,
+    }
 
 
 def child_open_tensordict(path: str) -> dict:
@@ -201,7 +222,12 @@ def child_convert(dataset_id: str, kwargs: dict) -> dict:
     t0 = time.perf_counter()
     ds = load_dataset(dataset_id, refresh=True, **kwargs)
     dt = time.perf_counter() - t0
-    return {"rows": len(ds), "seconds": dt, "rows_per_s": len(ds) / dt, "peak_growth": peak_rss() - r0["VmRSS"]}
+    return {
+        "rows": len(ds),
+        "seconds": dt,
+        "rows_per_s": len(ds) / dt,
+        "peak_growth": peak_rss() - r0["VmRSS"],
+    }
 
 
 def child_torchrl_minari(dataset_id: str, root: str) -> dict:
@@ -228,7 +254,9 @@ CHILDREN = {
 
 def run_child(task: str, *args, env: dict | None = None) -> dict:
     cmd = [sys.executable, __file__, "--child", task, json.dumps(args)]
-    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, check=False)
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, check=False
+    )
     if out.returncode:
         raise RuntimeError(f"child {task} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -253,9 +281,13 @@ def mb(n: float) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the cached dataset opened")
+    parser.add_argument(
+        "--rows", type=int, default=1_000_000, help="rows of the cached dataset opened"
+    )
     parser.add_argument("--big-gb", type=float, default=4.0, help="size of the big memmap dataset")
-    parser.add_argument("--convert-rows", type=int, default=100_000, help="rows of the converted sources")
+    parser.add_argument(
+        "--convert-rows", type=int, default=100_000, help="rows of the converted sources"
+    )
     parser.add_argument("--skip-big", action="store_true", help="skip the big dataset")
     parser.add_argument("--only-big", action="store_true", help="only the big dataset")
     parser.add_argument("--skip-peers", action="store_true", help="skip TorchRL")
@@ -290,12 +322,25 @@ def main() -> None:
                 dsid = f"bench/hopper-{ep}-v0"
                 write_minari(dsid, rows_, ep)
                 r = best_of(args.repeat, "convert", f"minari:{dsid}", {}, env=env)
-                line = {"what": f"convert {label} ({rows_ // ep:,} episodes of {ep})", "rows": r["rows"],
-                        "time": r["seconds"], "rate": r["rows_per_s"], "peak": r["peak_growth"]}
+                line = {
+                    "what": f"convert {label} ({rows_ // ep:,} episodes of {ep})",
+                    "rows": r["rows"],
+                    "time": r["seconds"],
+                    "rate": r["rows_per_s"],
+                    "peak": r["peak_growth"],
+                }
                 if not args.skip_peers:
                     try:
-                        p = best_of(args.repeat, "torchrl_minari", dsid, str(scratch / f"torchrl-{ep}"), env=env,
-                                    fresh=lambda d=scratch / f"torchrl-{ep}": shutil.rmtree(d, ignore_errors=True))
+                        p = best_of(
+                            args.repeat,
+                            "torchrl_minari",
+                            dsid,
+                            str(scratch / f"torchrl-{ep}"),
+                            env=env,
+                            fresh=lambda d=scratch / f"torchrl-{ep}": shutil.rmtree(
+                                d, ignore_errors=True
+                            ),
+                        )
                         line["peer"] = p
                     except RuntimeError as err:
                         line["peer_error"] = str(err).splitlines()[-1]
@@ -305,8 +350,13 @@ def main() -> None:
                 path = scratch / f"hopper-{'next' if with_next else 'nonext'}.hdf5"
                 write_d4rl_file(path, n, with_next=with_next)
                 r = best_of(args.repeat, "convert", f"d4rl:{path}", {}, env=env)
-                line = {"what": f"convert D4RL ({'with' if with_next else 'without'} next_observations)",
-                        "rows": r["rows"], "time": r["seconds"], "rate": r["rows_per_s"], "peak": r["peak_growth"]}
+                line = {
+                    "what": f"convert D4RL ({'with' if with_next else 'without'} next_observations)",
+                    "rows": r["rows"],
+                    "time": r["seconds"],
+                    "rate": r["rows_per_s"],
+                    "peak": r["peak_growth"],
+                }
                 results.append(line)
                 print(json.dumps(line), flush=True)
 
@@ -314,16 +364,29 @@ def main() -> None:
             big_src = scratch / "hopper-1m.hdf5"
             write_d4rl_file(big_src, args.rows, with_next=True)
             r = best_of(args.repeat, "convert", f"d4rl:{big_src}", {}, env=env)
-            results.append({"what": f"convert D4RL, {args.rows:,} rows", "rows": r["rows"], "time": r["seconds"],
-                            "rate": r["rows_per_s"], "peak": r["peak_growth"]})
+            results.append(
+                {
+                    "what": f"convert D4RL, {args.rows:,} rows",
+                    "rows": r["rows"],
+                    "time": r["seconds"],
+                    "rate": r["rows_per_s"],
+                    "peak": r["peak_growth"],
+                }
+            )
             print(json.dumps(results[-1]), flush=True)
             opens = [run_child("open", f"d4rl:{big_src}", 1000, env=env) for _ in range(3)]
             best = min(opens, key=lambda o: o["open_s"])
-            results.append({"what": f"open cached d4rl: ({args.rows:,} rows) + 1000 sample(256)", **best})
+            results.append(
+                {"what": f"open cached d4rl: ({args.rows:,} rows) + 1000 sample(256)", **best}
+            )
             print(json.dumps(results[-1]), flush=True)
-            opens = [run_child("open", "minari:bench/hopper-1000-v0", 1000, env=env) for _ in range(3)]
+            opens = [
+                run_child("open", "minari:bench/hopper-1000-v0", 1000, env=env) for _ in range(3)
+            ]
             best = min(opens, key=lambda o: o["open_s"])
-            results.append({"what": f"open cached minari: ({best['rows']:,} rows) + 1000 sample(256)", **best})
+            results.append(
+                {"what": f"open cached minari: ({best['rows']:,} rows) + 1000 sample(256)", **best}
+            )
             print(json.dumps(results[-1]), flush=True)
             if not args.skip_peers:
                 td_dir = scratch / "tensordict-1m"
@@ -332,8 +395,16 @@ def main() -> None:
                 td = torch.cat(list(hopper_chunks(args.rows)))
                 td.memmap_(str(td_dir))
                 del td
-                peer = min((run_child("open_tensordict", str(td_dir), env=env) for _ in range(3)), key=lambda o: o["open_s"])
-                results.append({"what": f"peer: TensorDict.load_memmap ({args.rows:,} rows, one file per key)", **peer})
+                peer = min(
+                    (run_child("open_tensordict", str(td_dir), env=env) for _ in range(3)),
+                    key=lambda o: o["open_s"],
+                )
+                results.append(
+                    {
+                        "what": f"peer: TensorDict.load_memmap ({args.rows:,} rows, one file per key)",
+                        **peer,
+                    }
+                )
                 print(json.dumps(results[-1]), flush=True)
                 shutil.rmtree(td_dir)
                 del TensorDict
@@ -343,16 +414,29 @@ def main() -> None:
             rows_big = int(args.big_gb * 2**30) // ROW_BYTES
             path = scratch / "big"
             t0 = time.perf_counter()
-            write_memmap_dataset(path, hopper_chunks(rows_big), episode_starts=range(0, rows_big, 1000))
+            write_memmap_dataset(
+                path, hopper_chunks(rows_big), episode_starts=range(0, rows_big, 1000)
+            )
             t_write = time.perf_counter() - t0
             size = (path / "rows.bin").stat().st_size
             opens = [run_child("open", f"memmap:{path}", 1000, env=env) for _ in range(2)]
             best = min(opens, key=lambda o: o["open_s"])
-            results.append({"what": f"open {size / 2**30:.2f} GiB memmap ({rows_big:,} rows) + 1000 sample(256), "
-                            "file in the page cache", "write_s": t_write, **best})
+            results.append(
+                {
+                    "what": f"open {size / 2**30:.2f} GiB memmap ({rows_big:,} rows) + 1000 sample(256), "
+                    "file in the page cache",
+                    "write_s": t_write,
+                    **best,
+                }
+            )
             print(json.dumps(results[-1]), flush=True)
             cold = run_child("open", f"memmap:{path}", 1000, True, env=env)
-            results.append({"what": "same, file evicted from the page cache first (cold, read from disk)", **cold})
+            results.append(
+                {
+                    "what": "same, file evicted from the page cache first (cold, read from disk)",
+                    **cold,
+                }
+            )
             print(json.dumps(results[-1]), flush=True)
             shutil.rmtree(path)
     finally:
@@ -362,26 +446,40 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for r in results:
         if "open_s" in r:
-            mem = (f"open: anon {mb(r['open']['RssAnon'])}, file {mb(r['open']['RssFile'])}")
+            mem = f"open: anon {mb(r['open']['RssAnon'])}, file {mb(r['open']['RssFile'])}"
             if "sampled" in r:
                 for label, key in (("10", "sampled10"), ("1000", "sampled")):
                     d = r[key]
-                    mem += (f"; after {label} samples: anon {mb(d['RssAnon'])}, file {mb(d['RssFile'])}, "
-                            f"total {mb(d['VmRSS'])}")
+                    mem += (
+                        f"; after {label} samples: anon {mb(d['RssAnon'])}, file {mb(d['RssFile'])}, "
+                        f"total {mb(d['VmRSS'])}"
+                    )
                 mem += f"; sample(256) {r['sample_s'] * 1e6:.0f} µs"
-            imp = f" (+{r['import_s'] * 1e3:.0f} ms loader imports)" if r.get("import_s", 0) > 0.005 else ""
+            imp = (
+                f" (+{r['import_s'] * 1e3:.0f} ms loader imports)"
+                if r.get("import_s", 0) > 0.005
+                else ""
+            )
             print(f"| {r['what']} | {r['rows']:,} | {r['open_s'] * 1e3:.1f} ms{imp} | | {mem} |")
         else:
-            print(f"| {r['what']} | {r['rows']:,} | {r['time']:.2f} s | {r['rate']:,.0f} | peak RSS +{mb(r['peak'])} |")
+            print(
+                f"| {r['what']} | {r['rows']:,} | {r['time']:.2f} s | {r['rate']:,.0f} | peak RSS +{mb(r['peak'])} |"
+            )
             if "peer" in r:
                 p = r["peer"]
-                print(f"| ↳ peer: TorchRL MinariExperienceReplay | {p['rows']:,} | {p['seconds']:.2f} s | "
-                      f"{p['rows_per_s']:,.0f} (mixreplay: {r['rate'] / p['rows_per_s']:.1f}× this rate) | "
-                      f"peak RSS +{mb(p['peak_growth'])} |")
+                print(
+                    f"| ↳ peer: TorchRL MinariExperienceReplay | {p['rows']:,} | {p['seconds']:.2f} s | "
+                    f"{p['rows_per_s']:,.0f} (mixreplay: {r['rate'] / p['rows_per_s']:.1f}× this rate) | "
+                    f"peak RSS +{mb(p['peak_growth'])} |"
+                )
             elif "peer_error" in r:
-                print(f"| ↳ peer: TorchRL MinariExperienceReplay | failed: {r['peer_error']} | | | |")
-    print("\ntargets: open a cached 1M-row dataset < 0.5 s and < 64 MB RSS growth; "
-          "a 4 GB dataset opens and samples with < 64 MB RSS growth")
+                print(
+                    f"| ↳ peer: TorchRL MinariExperienceReplay | failed: {r['peer_error']} | | | |"
+                )
+    print(
+        "\ntargets: open a cached 1M-row dataset < 0.5 s and < 64 MB RSS growth; "
+        "a 4 GB dataset opens and samples with < 64 MB RSS growth"
+    )
 
 
 if __name__ == "__main__":

@@ -36,8 +36,13 @@ def make_work(target_ms: float, kind: str = "mlp"):
     ``matmul``: one large matrix product fed by the batch (one long kernel without the GIL,
     like a learner waiting on a GPU).
     """
-    net = torch.nn.Sequential(torch.nn.Linear(11, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
-                              torch.nn.ReLU(), torch.nn.Linear(256, 1))
+    net = torch.nn.Sequential(
+        torch.nn.Linear(11, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 1),
+    )
     big = torch.randn(BATCH, 1024)
     mats = [torch.randn(1024, 1024) for _ in range(2)]
 
@@ -69,8 +74,9 @@ def make_work(target_ms: float, kind: str = "mlp"):
 
 
 def make_buffer(offline: OfflineDataset, prefetch: int | None) -> OfflineToOnlineReplayBuffer:
-    rb = OfflineToOnlineReplayBuffer(offline, online_capacity=100_000, batch_size=BATCH, generator=0,
-                                     prefetch=prefetch)
+    rb = OfflineToOnlineReplayBuffer(
+        offline, online_capacity=100_000, batch_size=BATCH, generator=0, prefetch=prefetch
+    )
     rb.extend(hopper_rows(100_000, seed=1))
     return rb
 
@@ -92,18 +98,26 @@ def run(rb, work, steps: int, row, acc: dict) -> None:
 
 
 def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--work-ms", type=float, default=2.0)
     p.add_argument("--work", choices=("mlp", "matmul"), default="mlp")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch intra-op threads (1 leaves a core to the prefetch thread on a 2-core machine)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (1 leaves a core to the prefetch thread on a 2-core machine)",
+    )
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     offline = OfflineDataset.from_tensordict(hopper_rows(200_000, seed=2))
     work, reps, ms = make_work(args.work_ms, args.work)
-    print(f"learner work: {reps} × {args.work} ≈ {ms:.2f} ms; torch threads {torch.get_num_threads()}")
+    print(
+        f"learner work: {reps} × {args.work} ≈ {ms:.2f} ms; torch threads {torch.get_num_threads()}"
+    )
     row = hopper_rows(1, seed=3)
     buffers = {"prefetch=None": make_buffer(offline, None), "prefetch=2": make_buffer(offline, 2)}
     # Chunks of 20 steps alternate between the buffers, so both see the same machine load.
@@ -119,10 +133,13 @@ def main(argv=None) -> dict:
             rounds[name].append(acc)
     for rb in buffers.values():
         rb.close()
-    print(f"{'buffer':<15} {'in sample() (median, range)':<28} {'in extend()':<12} "
-          f"{'sample+extend µs/step':<22} step ms")
+    print(
+        f"{'buffer':<15} {'in sample() (median, range)':<28} {'in extend()':<12} "
+        f"{'sample+extend µs/step':<22} step ms"
+    )
     summary = {}
     for name, rs in rounds.items():
+
         def med(values):
             values = sorted(values)
             return values[len(values) // 2], values[0], values[-1]
@@ -132,10 +149,14 @@ def main(argv=None) -> dict:
         cost, _, _ = med((r["sample"] + r["extend"]) / r["steps"] * 1e6 for r in rs)
         step, _, _ = med(r["total"] / r["steps"] * 1e3 for r in rs)
         summary[name] = {"sample": share, "extend": ext, "buffer_us": cost, "step_ms": step}
-        print(f"{name:<15} {share:6.1%} ({lo:.1%}–{hi:.1%}){'':<12} {ext:6.1%}{'':<5} {cost:8.0f}{'':<14} {step:.2f}")
+        print(
+            f"{name:<15} {share:6.1%} ({lo:.1%}–{hi:.1%}){'':<12} {ext:6.1%}{'':<5} {cost:8.0f}{'':<14} {step:.2f}"
+        )
     ratio = summary["prefetch=None"]["sample"] / max(summary["prefetch=2"]["sample"], 1e-9)
-    print(f"time in sample(): prefetch=2 is {ratio:.1f}x less than without; "
-          f"sample+extend: {summary['prefetch=2']['buffer_us'] / summary['prefetch=None']['buffer_us']:.2f}x")
+    print(
+        f"time in sample(): prefetch=2 is {ratio:.1f}x less than without; "
+        f"sample+extend: {summary['prefetch=2']['buffer_us'] / summary['prefetch=None']['buffer_us']:.2f}x"
+    )
     return summary
 
 

@@ -113,7 +113,9 @@ def _define_actors(ray):
         def ready(self):
             return True
 
-        def run(self, target, mode: str, seconds: float, start_at: float, rate: float | None = None):
+        def run(
+            self, target, mode: str, seconds: float, start_at: float, rate: float | None = None
+        ):
             while time.time() < start_at:
                 time.sleep(0.001)
             t0 = time.time()
@@ -235,16 +237,28 @@ def main(argv=None) -> None:
 
     torch.set_num_threads(1)
     tmp = tempfile.TemporaryDirectory(prefix="mixreplay-bench-ray-")
-    path = write_memmap_dataset(os.path.join(tmp.name, "offline"), hopper_rows(OFFLINE_ROWS, seed=1))
+    path = write_memmap_dataset(
+        os.path.join(tmp.name, "offline"), hopper_rows(OFFLINE_ROWS, seed=1)
+    )
     ray_tmp = tempfile.TemporaryDirectory(prefix="mixreplay-ray-")  # short: Ray's socket paths
     t = time.perf_counter()
-    ray.init(num_cpus=2, _temp_dir=ray_tmp.name, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(
+        num_cpus=2,
+        _temp_dir=ray_tmp.name,
+        include_dashboard=False,
+        logging_level="ERROR",
+        log_to_driver=False,
+    )
     init_s = time.perf_counter() - t
     try:
         PlainBufferActor, Collector = _define_actors(ray)
         rb = RayReplayBuffer(
-            OfflineToOnlineReplayBuffer, f"memmap:{path}", online_capacity=ONLINE_CAPACITY,
-            batch_size=BATCH, generator=0, ray_options={"num_cpus": 0},
+            OfflineToOnlineReplayBuffer,
+            f"memmap:{path}",
+            online_capacity=ONLINE_CAPACITY,
+            batch_size=BATCH,
+            generator=0,
+            ray_options={"num_cpus": 0},
         )
         plain = PlainBufferActor.remote(str(path))
         collectors = [Collector.remote(seed) for seed in range(2)]
@@ -260,22 +274,36 @@ def main(argv=None) -> None:
                     from torchrl.data import RayReplayBuffer as TorchRLRayReplayBuffer
 
                     torchrl_rb = TorchRLRayReplayBuffer(
-                        storage=partial(LazyTensorStorage, ONLINE_CAPACITY), batch_size=BATCH,
+                        storage=partial(LazyTensorStorage, ONLINE_CAPACITY),
+                        batch_size=BATCH,
                         remote_config={"num_cpus": 0},
                     )
                     torchrl_client = torchrl_rb.client()
                     torchrl_client.extend(hopper_rows(CHUNK))
             except Exception as err:  # noqa: BLE001 - a peer that does not load is reported, not fatal
-                print(f"(TorchRL RayReplayBuffer unavailable: {type(err).__name__}: {err})", file=sys.stderr)
+                print(
+                    f"(TorchRL RayReplayBuffer unavailable: {type(err).__name__}: {err})",
+                    file=sys.stderr,
+                )
                 torchrl_rb = torchrl_client = None
 
         # 1. writes
         writes = {}
         for label, target, one, many in (
             ("mixreplay handle: rb.add / rb.extend (blocking)", rb, "handle.add", "handle.extend"),
-            ("mixreplay writer: w.add / w.extend (batched, in flight)", rb, "writer.add", "writer.extend"),
+            (
+                "mixreplay writer: w.add / w.extend (batched, in flight)",
+                rb,
+                "writer.add",
+                "writer.extend",
+            ),
             ("plain Ray actor, TensorDict args (blocking)", plain, "plain.add", "plain.extend"),
-            ("torchrl 0.14 RayReplayBuffer (blocking)", torchrl_client, "torchrl.add", "torchrl.extend"),
+            (
+                "torchrl 0.14 RayReplayBuffer (blocking)",
+                torchrl_client,
+                "torchrl.add",
+                "torchrl.extend",
+            ),
         ):
             if target is None:
                 writes[label] = (None, None)
@@ -288,13 +316,19 @@ def main(argv=None) -> None:
         # 2. latency
         reps = 100 if args.quick else 300
         lat = {
-            "bare actor round trip (plain actor noop)": latency(lambda: ray.get(plain.noop.remote()), reps),
+            "bare actor round trip (plain actor noop)": latency(
+                lambda: ray.get(plain.noop.remote()), reps
+            ),
             "mixreplay len(rb)": latency(lambda: len(rb), reps),
             "mixreplay rb.sample(256)": latency(lambda: rb.sample(BATCH, prefetch=0), reps),
-            "plain actor sample(256), TensorDict returned": latency(lambda: ray.get(plain.sample.remote(BATCH)), reps),
+            "plain actor sample(256), TensorDict returned": latency(
+                lambda: ray.get(plain.sample.remote(BATCH)), reps
+            ),
         }
         if torchrl_client is not None:
-            lat["torchrl RayReplayBuffer sample(256)"] = latency(lambda: torchrl_client.sample(BATCH), reps)
+            lat["torchrl RayReplayBuffer sample(256)"] = latency(
+                lambda: torchrl_client.sample(BATCH), reps
+            )
 
         # 3. learner wait share
         work = make_work(0.010)
@@ -304,10 +338,15 @@ def main(argv=None) -> None:
         pace = 2000.0  # rows/s per collector: a few fast simulators each
         for p in (0, 2, 8):
             start_at = time.time() + 0.3
-            busy = [c.run.remote(rb, "writer.add", steps * 0.02 + 1.0, start_at, pace) for c in collectors]
+            busy = [
+                c.run.remote(rb, "writer.add", steps * 0.02 + 1.0, start_at, pace)
+                for c in collectors
+            ]
             while time.time() < start_at:
                 time.sleep(0.01)
-            learner[(f"2 collectors at {pace:,.0f} rows/s each", p)] = wait_share(rb, work, steps, p)
+            learner[(f"2 collectors at {pace:,.0f} rows/s each", p)] = wait_share(
+                rb, work, steps, p
+            )
             ray.get(busy)
     finally:
         if torchrl_rb is not None:
@@ -320,12 +359,16 @@ def main(argv=None) -> None:
 
     # -- report ---------------------------------------------------------------------------------
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"\nRay {ray.__version__}, torch {torch.__version__}, {os.cpu_count()} cores "
-          f"(load average {load:.1f} at the end); RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}; "
-          f"ray.init(num_cpus=2) took {init_s:.1f} s; {seconds:.0f} s per throughput run\n")
+    print(
+        f"\nRay {ray.__version__}, torch {torch.__version__}, {os.cpu_count()} cores "
+        f"(load average {load:.1f} at the end); RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}; "
+        f"ray.init(num_cpus=2) took {init_s:.1f} s; {seconds:.0f} s per throughput run\n"
+    )
     print("Aggregate writes, 2 collector processes, Hopper-shaped rows (112 bytes packed), rows/s")
     base = writes["plain Ray actor, TensorDict args (blocking)"]
-    print(f"| {'method':<58} | {'1 row per call':>15} | {'1000-row chunks':>16} | {'vs plain actor':>15} |")
+    print(
+        f"| {'method':<58} | {'1 row per call':>15} | {'1000-row chunks':>16} | {'vs plain actor':>15} |"
+    )
     print(f"|{'-' * 60}|{'-' * 17}:|{'-' * 18}:|{'-' * 17}:|")
     for label, (one, many) in writes.items():
         ratio = "n/a" if many is None or not base[1] else f"{many / base[1]:.1f}x"

@@ -66,7 +66,9 @@ def peak_rss_mb() -> float:
 
 
 def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--offline", type=int, default=1_000_000)
     p.add_argument("--online", type=int, default=100_000)
@@ -114,8 +116,12 @@ def main(argv=None) -> dict:
     def raw(B):
         k = round(0.5 * B)
         out = torch.empty(B, W, dtype=torch.int64)
-        torch.index_select(off_rows, 0, torch.randint(off_rows.shape[0], (k,), generator=g), out=out[:k])
-        torch.index_select(on_rows, 0, torch.randint(on_rows.shape[0], (B - k,), generator=g), out=out[k:])
+        torch.index_select(
+            off_rows, 0, torch.randint(off_rows.shape[0], (k,), generator=g), out=out[:k]
+        )
+        torch.index_select(
+            on_rows, 0, torch.randint(on_rows.shape[0], (B - k,), generator=g), out=out[k:]
+        )
         return out
 
     rows = []
@@ -126,24 +132,44 @@ def main(argv=None) -> dict:
         r = best_of(raw_fn, args.rounds, number) if raw_fn else None
         rows.append((name, m, t, r))
 
-    compare("mixed sample(256)", lambda: m_rb.sample(256), lambda: t_rb.sample(256), lambda: raw(256))
-    compare("mixed sample(1024)", lambda: m_rb.sample(1024), lambda: t_rb.sample(1024), lambda: raw(1024))
+    compare(
+        "mixed sample(256)", lambda: m_rb.sample(256), lambda: t_rb.sample(256), lambda: raw(256)
+    )
+    compare(
+        "mixed sample(1024)",
+        lambda: m_rb.sample(1024),
+        lambda: t_rb.sample(1024),
+        lambda: raw(1024),
+    )
     compare("extend(1 row)", lambda: m_ext.extend(one_row), lambda: t_ext.extend(one_row))
-    compare("extend(1000 rows)", lambda: m_ext.extend(thousand), lambda: t_ext.extend(thousand), number=500)
+    compare(
+        "extend(1000 rows)",
+        lambda: m_ext.extend(thousand),
+        lambda: t_ext.extend(thousand),
+        number=500,
+    )
 
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, offline {args.offline:,} rows, "
-          f"online {args.online:,} rows, row {m_off.storage.row_bytes} bytes packed")
-    print(f"{'operation':<22}{'mixreplay µs':>14}{'torchrl µs':>12}{'speed-up':>10}{'raw floor µs':>14}{'vs floor':>10}")
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, offline {args.offline:,} rows, "
+        f"online {args.online:,} rows, row {m_off.storage.row_bytes} bytes packed"
+    )
+    print(
+        f"{'operation':<22}{'mixreplay µs':>14}{'torchrl µs':>12}{'speed-up':>10}{'raw floor µs':>14}{'vs floor':>10}"
+    )
     result = {}
     for name, m, t, r in rows:
         floor = f"{r:14.1f}{m / r:9.2f}x" if r else f"{'':14}{'':10}"
         print(f"{name:<22}{m:14.1f}{t:12.1f}{t / m:9.1f}x{floor}")
         result[name] = {"mixreplay_us": m, "torchrl_us": t, "speedup": t / m, "floor_us": r}
     storage = m_rb.online_buffer.storage
-    print(f"online storage: {storage.max_size:,} rows × {storage.row_bytes} bytes = "
-          f"{storage.nbytes / 2**20:.1f} MiB allocated (data {storage.layout.data_bytes} bytes/row)")
-    print(f"peak RSS: {rss_after_mixreplay:.0f} MB after building mixreplay's buffers, "
-          f"{peak_rss_mb():.0f} MB after torchrl's too")
+    print(
+        f"online storage: {storage.max_size:,} rows × {storage.row_bytes} bytes = "
+        f"{storage.nbytes / 2**20:.1f} MiB allocated (data {storage.layout.data_bytes} bytes/row)"
+    )
+    print(
+        f"peak RSS: {rss_after_mixreplay:.0f} MB after building mixreplay's buffers, "
+        f"{peak_rss_mb():.0f} MB after torchrl's too"
+    )
     if args.extras:
         result["extras"] = extras(m_off, online_td, args.rounds, rows[0][1])
     return result
@@ -157,7 +183,11 @@ def extras(m_off, online_td, rounds: int, uniform_us: float) -> dict:
     n_on = online_td.batch_size[0]
     out = {}
     mix3 = mixreplay.MixtureReplayBuffer(
-        {"offline": m_off, "online": mixreplay.LazyTensorStorage(n_on), "demo": mixreplay.LazyTensorStorage(n_on)},
+        {
+            "offline": m_off,
+            "online": mixreplay.LazyTensorStorage(n_on),
+            "demo": mixreplay.LazyTensorStorage(n_on),
+        },
         {"offline": 0.5, "online": 0.3, "demo": 0.2},
         generator=0,
     )
@@ -184,7 +214,9 @@ def extras(m_off, online_td, rounds: int, uniform_us: float) -> dict:
     online_sl = mixreplay.LazyTensorStorage(n_on)
     sl = mixreplay.OfflineToOnlineReplayBuffer(
         mixreplay.ReplayBuffer(storage=m_off.storage, sampler=SliceSampler(8)),
-        online_storage=online_sl, online_sampler=SliceSampler(8), generator=0,
+        online_storage=online_sl,
+        online_sampler=SliceSampler(8),
+        generator=0,
     )
     sl.extend(online_td)
     out["slices sample(256, slice_len=8)"] = best_of(lambda: sl.sample(256), rounds, 1000)

@@ -43,7 +43,9 @@ class DensityRatio(nn.Module):
 
     def __init__(self, width: int = 32):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(1, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
+        self.net = nn.Sequential(
+            nn.Linear(1, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1)
+        )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs)
@@ -55,10 +57,18 @@ class DensityRatio(nn.Module):
         return self(obs).squeeze(-1).clamp(-10, 10).exp()
 
 
-def run(steps: int = 300, batch_size: int = 128, n_offline: int = 4000, n_online: int = 500, seed: int = 0) -> dict:
+def run(
+    steps: int = 300,
+    batch_size: int = 128,
+    n_offline: int = 4000,
+    n_online: int = 500,
+    seed: int = 0,
+) -> dict:
     """Run balanced replay on the toy problem; return the online share of batches, before and after."""
     g = torch.Generator().manual_seed(seed)
-    offline = OfflineDataset.from_tensordict(rows(n_offline, -1.0, 1.0, False, g), generator=seed + 2)
+    offline = OfflineDataset.from_tensordict(
+        rows(n_offline, -1.0, 1.0, False, g), generator=seed + 2
+    )
     online = ReplayBuffer(storage=LazyTensorStorage(n_online), generator=seed + 3)
     online.extend(rows(n_online, 1.5, 0.5, True, g))
 
@@ -80,7 +90,9 @@ def run(steps: int = 300, batch_size: int = 128, n_offline: int = 4000, n_online
     shares = []
     for _ in range(steps):
         # 1. train the classifier on balanced uniform draws from each side
-        x = torch.cat([offline.sample(batch_size)["observation"], online.sample(batch_size)["observation"]])
+        x = torch.cat(
+            [offline.sample(batch_size)["observation"], online.sample(batch_size)["observation"]]
+        )
         y = torch.cat([torch.zeros(batch_size, 1), torch.ones(batch_size, 1)])
         opt.zero_grad()
         loss_fn(model(x), y).backward()
@@ -98,14 +110,18 @@ def run(steps: int = 300, batch_size: int = 128, n_offline: int = 4000, n_online
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     out = run(steps=args.steps, seed=args.seed)
     print(f"online rows are {out['uniform_online_share']:.1%} of the joint buffer")
-    print(f"share of online rows per batch: first {out['first_batch_online_share']:.1%}, "
-          f"last 20% of steps {out['final_online_share']:.1%}")
+    print(
+        f"share of online rows per batch: first {out['first_batch_online_share']:.1%}, "
+        f"last 20% of steps {out['final_online_share']:.1%}"
+    )
 
 
 if __name__ == "__main__":

@@ -65,11 +65,17 @@ def ted_rows(obs, actions, rewards, next_obs, terminated, truncated) -> TensorDi
     false = torch.zeros(n, 1, dtype=torch.bool)
     return TensorDict(
         {
-            "observation": f32(obs), "action": f32(actions),
-            "done": false, "terminated": false.clone(), "truncated": false.clone(),
+            "observation": f32(obs),
+            "action": f32(actions),
+            "done": false,
+            "terminated": false.clone(),
+            "truncated": false.clone(),
             "next": {
-                "observation": f32(next_obs), "reward": f32(rewards),
-                "done": term | trunc, "terminated": term, "truncated": trunc,
+                "observation": f32(next_obs),
+                "reward": f32(rewards),
+                "done": term | trunc,
+                "terminated": term,
+                "truncated": trunc,
             },
         },
         batch_size=[n],
@@ -89,7 +95,9 @@ def expert_dataset(path: str, transitions: int, seed: int) -> str:
         starts.append(len(cols["rew"]))
         done = False
         while not done:
-            action = np.clip([np.sign(obs[1]) + 0.5 * rng.standard_normal()], -1, 1).astype(np.float32)
+            action = np.clip([np.sign(obs[1]) + 0.5 * rng.standard_normal()], -1, 1).astype(
+                np.float32
+            )
             next_obs, reward, term, trunc, _ = env.step(action)
             for k, v in zip(cols, (obs, action, reward, next_obs, term, trunc)):
                 cols[k].append(v)
@@ -113,7 +121,14 @@ def evaluate(agent: SAC, env, seed: int) -> tuple[float, bool]:
 
 def make_agent(env, seed: int) -> SAC:
     obs, act = env.observation_space, env.action_space
-    return SAC(obs.low, obs.high, act.low, act.high, config=SACConfig(hidden=128, batch_size=256), seed=seed)
+    return SAC(
+        obs.low,
+        obs.high,
+        act.low,
+        act.high,
+        config=SACConfig(hidden=128, batch_size=256),
+        seed=seed,
+    )
 
 
 class TimedBuffer:
@@ -151,7 +166,9 @@ def define_collector(ray):
             for _ in range(steps):
                 action = self.agent.act(self.obs)
                 next_obs, reward, term, trunc, _ = self.env.step(action)
-                self.writer.extend(ted_rows([self.obs], [action], [reward], [next_obs], [term], [trunc]))
+                self.writer.extend(
+                    ted_rows([self.obs], [action], [reward], [next_obs], [term], [trunc])
+                )
                 self.ep_return += float(reward)
                 self.obs = next_obs
                 if term or trunc:
@@ -174,10 +191,14 @@ def define_collector(ray):
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--address", default=None, help="a running cluster ('auto'); default: a local one")
+    parser.add_argument(
+        "--address", default=None, help="a running cluster ('auto'); default: a local one"
+    )
     parser.add_argument("--collectors", type=int, default=2)
     parser.add_argument("--updates", type=int, default=1000, help="SAC updates of the learner")
-    parser.add_argument("--round-steps", type=int, default=100, help="env steps per collector round")
+    parser.add_argument(
+        "--round-steps", type=int, default=100, help="env steps per collector round"
+    )
     parser.add_argument("--offline", type=int, default=10_000, help="expert transitions")
     parser.add_argument("--prefetch", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
@@ -198,9 +219,14 @@ def main(argv=None) -> dict:
     try:
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         rb = RayReplayBuffer(
-            OfflineToOnlineReplayBuffer, f"memmap:{path}", online_capacity=100_000,
-            offline_fraction=0.5, batch_size=256, generator=args.seed,
-            prefetch=args.prefetch, ray_options={"scheduling_strategy": here},
+            OfflineToOnlineReplayBuffer,
+            f"memmap:{path}",
+            online_capacity=100_000,
+            offline_fraction=0.5,
+            batch_size=256,
+            generator=args.seed,
+            prefetch=args.prefetch,
+            ray_options={"scheduling_strategy": here},
         )
         env = gym.make(ENV_ID)
         agent = make_agent(env, args.seed)
@@ -218,7 +244,9 @@ def main(argv=None) -> dict:
             while idle and env_steps + (len(running) + 1) * args.round_steps <= updates + lead:
                 c = idle.pop()
                 running[c.run.remote(weights, args.round_steps)] = c
-            done = ray.wait(list(running), num_returns=len(running), timeout=0)[0] if running else []
+            done = (
+                ray.wait(list(running), num_returns=len(running), timeout=0)[0] if running else []
+            )
             for ref in done:
                 stats = ray.get(ref)
                 idle.append(running.pop(ref))

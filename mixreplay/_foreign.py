@@ -19,11 +19,7 @@ __all__ = ["ForeignSource", "ForeignStorage", "adapt_storage", "peek_schema", "s
 
 def strip_bookkeeping(td: TensorDictBase, keep: Schema | None = None) -> TensorDictBase:
     """Drop sampler bookkeeping keys (``"index"``, weights) that ``keep`` does not hold."""
-    drop = [
-        k
-        for k in BOOKKEEPING_KEYS
-        if (keep is None or k not in keep) and k[0] in td.keys()
-    ]
+    drop = [k for k in BOOKKEEPING_KEYS if (keep is None or k not in keep) and k[0] in td.keys()]
     return td.exclude(*drop) if drop else td
 
 
@@ -125,7 +121,8 @@ class ForeignStorage(Locked):
         schema = Schema.from_tensordict(data)
         if self._schema is not None:
             self._schema.check_compatible(
-                schema, names=("stored", "written"),
+                schema,
+                names=("stored", "written"),
                 fix="write rows with the same keys, dtypes and shapes as the first write",
             )
         with self.lock:

@@ -12,28 +12,54 @@ __all__ = ["UNSUPPORTED", "UNSUPPORTED_METHODS", "check_unsupported", "unsupport
 
 #: argument -> (values that mean mixreplay's own behaviour, the mixreplay way)
 UNSUPPORTED: dict[str, tuple[tuple, str]] = {
-    "writer": ((None,), "rows are written in ring order (TorchRL's RoundRobinWriter); for "
-               "writers on other processes use mixreplay.distributed"),
+    "writer": (
+        (None,),
+        "rows are written in ring order (TorchRL's RoundRobinWriter); for "
+        "writers on other processes use mixreplay.distributed",
+    ),
     "collate_fn": ((None,), "batches are always TensorDicts; convert them with transform=..."),
-    "sample_unit": ((None,), "for runs of consecutive steps use sampler=SliceSampler(slice_len=...)"),
-    "dim_extend": ((None, 0), "extend rows along dim 0; flatten a [N, T] batch first with "
-                   "data.reshape(-1) (each env's steps stay consecutive)"),
+    "sample_unit": (
+        (None,),
+        "for runs of consecutive steps use sampler=SliceSampler(slice_len=...)",
+    ),
+    "dim_extend": (
+        (None, 0),
+        "extend rows along dim 0; flatten a [N, T] batch first with "
+        "data.reshape(-1) (each env's steps stay consecutive)",
+    ),
     "checkpointer": ((None,), "save and restore with rb.dumps(path) / rb.loads(path)"),
-    "consume_after_n_samples": ((None,), "for one pass over the rows use "
-                                "sampler=SamplerWithoutReplacement()"),
-    "shared": ((False,), "threads share a buffer as is (each storage has a lock); for other "
-               "processes or machines host it in a Ray actor (mixreplay.distributed)"),
-    "compilable": ((None, False), "mixreplay's sample/extend are not traced by torch.compile; "
-                   "compile the learner's own step instead"),
-    "delayed_init": ((None, False), "storages already allocate on the first write; build the "
-                     "buffer in the process that uses it (or use mixreplay.distributed)"),
+    "consume_after_n_samples": (
+        (None,),
+        "for one pass over the rows use sampler=SamplerWithoutReplacement()",
+    ),
+    "shared": (
+        (False,),
+        "threads share a buffer as is (each storage has a lock); for other "
+        "processes or machines host it in a Ray actor (mixreplay.distributed)",
+    ),
+    "compilable": (
+        (None, False),
+        "mixreplay's sample/extend are not traced by torch.compile; "
+        "compile the learner's own step instead",
+    ),
+    "delayed_init": (
+        (None, False),
+        "storages already allocate on the first write; build the "
+        "buffer in the process that uses it (or use mixreplay.distributed)",
+    ),
     "service_backend": (("direct",), "host the buffer in a Ray actor with mixreplay.distributed"),
-    "service_backend_options": ((None,), "host the buffer in a Ray actor with mixreplay.distributed"),
+    "service_backend_options": (
+        (None,),
+        "host the buffer in a Ray actor with mixreplay.distributed",
+    ),
     "transport": (("auto", "direct"), "host the buffer in a Ray actor with mixreplay.distributed"),
     "transport_options": ((None,), "host the buffer in a Ray actor with mixreplay.distributed"),
-    "priority_key": (("td_error",), "mixreplay does not read priorities from batches: call "
-                     "rb.update_priority(info['index'], priority) with the info of "
-                     "sample(return_info=True)"),
+    "priority_key": (
+        ("td_error",),
+        "mixreplay does not read priorities from batches: call "
+        "rb.update_priority(info['index'], priority) with the info of "
+        "sample(return_info=True)",
+    ),
 }
 
 
@@ -51,28 +77,40 @@ def check_unsupported(owner: str, kwargs: dict) -> None:
 
 
 _SERVICE = "mixreplay has no replay service of its own; host the buffer in a Ray actor with mixreplay.distributed"
-_IMMUTABLE = ("rows are written only by extend/add; to change stored rows, build them anew and "
-              "extend a fresh buffer")
+_IMMUTABLE = (
+    "rows are written only by extend/add; to change stored rows, build them anew and "
+    "extend a fresh buffer"
+)
 
 #: TorchRL ReplayBuffer methods and attributes mixreplay lacks -> the mixreplay way
 UNSUPPORTED_METHODS: dict[str, str] = {
     "initialized": "a mixreplay buffer is ready once built (storages allocate on the first write)",
-    "as_remote": _SERVICE, "start": _SERVICE, "is_alive": _SERVICE, "service_backend": _SERVICE, "client": _SERVICE,
-    "shutdown": _SERVICE, "synchronize": _SERVICE,
+    "as_remote": _SERVICE,
+    "start": _SERVICE,
+    "is_alive": _SERVICE,
+    "service_backend": _SERVICE,
+    "client": _SERVICE,
+    "shutdown": _SERVICE,
+    "synchronize": _SERVICE,
     "share": "threads share a buffer as is; for other processes use mixreplay.distributed",
     "set_rng": "pass generator= (a torch.Generator or an int seed) when building the buffer",
-    "set_storage": "build a new buffer with the storage", "set_writer": "build a new buffer",
+    "set_storage": "build a new buffer with the storage",
+    "set_writer": "build a new buffer",
     "set_sampler": "build a new buffer with the sampler",
     "writer": "there is no writer object: rows are written in ring order",
     "can_sample": "check len(rb) > 0 (or rb.available() for slices) before sampling",
-    "submit_update_if_present": _IMMUTABLE, "update_if_present": _IMMUTABLE,
-    "set_at_": _IMMUTABLE, "set_": _IMMUTABLE, "update_": _IMMUTABLE, "write_all": _IMMUTABLE,
+    "submit_update_if_present": _IMMUTABLE,
+    "update_if_present": _IMMUTABLE,
+    "set_at_": _IMMUTABLE,
+    "set_": _IMMUTABLE,
+    "update_": _IMMUTABLE,
+    "write_all": _IMMUTABLE,
     "register_save_hook": "checkpoints have no hooks; post-process after rb.loads(path)",
     "register_load_hook": "checkpoints have no hooks; post-process after rb.loads(path)",
     "query": "filter trajectories from rb.storage.to_tensordict() (or use SliceSampler for slices)",
     "mark_update": "mixreplay does not track staleness; weight rows with a PrioritizedSampler",
     "update_tensordict_priority": "call rb.update_priority(info['index'], priority) with the info "
-                                  "of sample(return_info=True)",
+    "of sample(return_info=True)",
 }
 
 

@@ -41,11 +41,15 @@ def make_generator(generator: torch.Generator | int | None) -> torch.Generator:
     return generator
 
 
-def check_batch_size(batch_size, *, name: str = "batch_size", allow_none: bool = True) -> int | None:
+def check_batch_size(
+    batch_size, *, name: str = "batch_size", allow_none: bool = True
+) -> int | None:
     if batch_size is None and allow_none:
         return None
     if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-        raise TypeError(f"{name} must be a positive int, got {type(batch_size).__name__} {batch_size!r}")
+        raise TypeError(
+            f"{name} must be a positive int, got {type(batch_size).__name__} {batch_size!r}"
+        )
     if batch_size <= 0:
         raise ValueError(f"{name} must be a positive int, got {batch_size}")
     return batch_size
@@ -115,7 +119,9 @@ class ReplayBuffer:
             if transform is not None:
                 raise TypeError("transform and transform_factory are exclusive: pass one of them")
             if not callable(transform_factory):
-                raise TypeError(f"transform_factory must be callable, got {type(transform_factory).__name__}")
+                raise TypeError(
+                    f"transform_factory must be callable, got {type(transform_factory).__name__}"
+                )
             transform = transform_factory()
         if not is_native_storage(storage):
             from mixreplay._foreign import adapt_storage
@@ -145,8 +151,11 @@ class ReplayBuffer:
         if not self._prefetch:
             return None
         return Prefetcher(
-            self._prefetch_draw, self._prefetch, snapshot=self._draw_snapshot,
-            restore=self._restore_draws, ran_out=self._ran_out,
+            self._prefetch_draw,
+            self._prefetch,
+            snapshot=self._draw_snapshot,
+            restore=self._restore_draws,
+            ran_out=self._ran_out,
         )
 
     def _prefetch_draw(self):
@@ -255,9 +264,12 @@ class ReplayBuffer:
     def stats(self) -> dict:
         """TorchRL's snapshot of counters: size, write_count, prefetch queue, capacity, utilization."""
         capacity = getattr(self._storage, "max_size", None)
-        out = {"size": len(self), "write_count": self.write_count,
-               "prefetch_queue_size": 0 if self._prefetcher is None else self._prefetcher.ready,
-               "initialized": True}
+        out = {
+            "size": len(self),
+            "write_count": self.write_count,
+            "prefetch_queue_size": 0 if self._prefetcher is None else self._prefetcher.ready,
+            "initialized": True,
+        }
         if capacity is not None:
             out["capacity"] = int(capacity)
             out["utilization"] = len(self) / capacity if capacity else 0.0
@@ -314,9 +326,7 @@ class ReplayBuffer:
     def draw(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Row indices of a batch of ``n``, drawn by this buffer's sampler with ``generator``."""
         if len(self._storage) == 0:
-            raise EmptyBufferError(
-                "cannot sample from an empty buffer: extend it with rows first"
-            )
+            raise EmptyBufferError("cannot sample from an empty buffer: extend it with rows first")
         return self.draw_unlocked(n, generator)
 
     def draw_unlocked(self, n: int, generator: torch.Generator) -> torch.Tensor:
@@ -327,7 +337,9 @@ class ReplayBuffer:
         """
         index = self._sampler.sample(self._storage, n, generator)
         while index.numel() < n:
-            index = torch.cat([index, self._sampler.sample(self._storage, n - index.numel(), generator)])
+            index = torch.cat(
+                [index, self._sampler.sample(self._storage, n - index.numel(), generator)]
+            )
         return index
 
     def _sample_now(self, n: int, *, info: bool):
@@ -335,7 +347,9 @@ class ReplayBuffer:
         storage = self._storage
         with storage.lock:
             if len(storage) == 0:
-                raise EmptyBufferError("cannot sample from an empty buffer: extend it with rows first")
+                raise EmptyBufferError(
+                    "cannot sample from an empty buffer: extend it with rows first"
+                )
             index = self._sampler.sample(storage, n, self._generator)
             batch = storage.gather_unlocked(index)
             weight = self._sampler.weight(index, storage) if info else None
@@ -467,4 +481,3 @@ class ReplayBuffer:
             f"{type(self).__name__}(storage={self._storage!r}, sampler={self._sampler!r}, "
             f"batch_size={self._batch_size})"
         )
-

@@ -91,7 +91,11 @@ def _anatomy(buffer) -> tuple[str, list[tuple[str, object, str]], torch.Generato
 
     if isinstance(buffer, OfflineToOnlineReplayBuffer):
         offline, online = buffer._sources
-        return type(buffer).__name__, [("offline", offline, "reference"), ("online", online, "ring")], buffer._generator
+        return (
+            type(buffer).__name__,
+            [("offline", offline, "reference"), ("online", online, "ring")],
+            buffer._generator,
+        )
     if isinstance(buffer, MixtureReplayBuffer):
         parts = []
         for name, src in zip(buffer._names, buffer._sources):
@@ -126,7 +130,11 @@ def _locked(buffer):
     _, sources, _ = _anatomy(buffer)
     with contextlib.ExitStack() as stack:
         for _, src, _ in sources:
-            lock = getattr(getattr(src, "storage", None), "lock", None) if isinstance(src, ReplayBuffer) else None
+            lock = (
+                getattr(getattr(src, "storage", None), "lock", None)
+                if isinstance(src, ReplayBuffer)
+                else None
+            )
             if lock is not None:
                 stack.enter_context(lock)
         yield
@@ -173,8 +181,14 @@ def _fingerprint(src) -> str | None:
 
 def _reference(src) -> dict:
     if isinstance(src, ForeignSource):
-        return {"type": type(src.obj).__name__, "rows": len(src), "schema": None, "fingerprint": None,
-                "source_id": None, "path": None}
+        return {
+            "type": type(src.obj).__name__,
+            "rows": len(src),
+            "schema": None,
+            "fingerprint": None,
+            "source_id": None,
+            "path": None,
+        }
     schema = src.storage.schema
     path = getattr(src, "path", None)
     return {
@@ -265,7 +279,9 @@ def _collect(buffer, *, copy_rows: bool) -> dict:
         "mixreplay_version": __version__,
         "buffer": kind,
         "config": {"batch_size": batch_size, "sources": [n for n, _, _ in sources]},
-        "generators": {n: {"device": str(g.device), "state": g.get_state()} for n, g in gens.items()},
+        "generators": {
+            n: {"device": str(g.device), "state": g.get_state()} for n, g in gens.items()
+        },
         "sources": out_sources,
         "mixing": _mixing_state(buffer),
     }
@@ -290,7 +306,12 @@ def _int(value, what: str, lo: int = 0) -> int:
 
 
 def _fraction(value, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value <= 1:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 <= value <= 1
+    ):
         raise CheckpointError(f"{what} must be a finite number in [0, 1], got {value!r}")
     return float(value)
 
@@ -316,7 +337,11 @@ def _restore_schedule(saved, current, what: str):
 
 
 def _check_tensor(t, what: str, dtype: torch.dtype, shape: tuple | None = None) -> torch.Tensor:
-    if not isinstance(t, torch.Tensor) or t.dtype != dtype or (shape is not None and tuple(t.shape) != shape):
+    if (
+        not isinstance(t, torch.Tensor)
+        or t.dtype != dtype
+        or (shape is not None and tuple(t.shape) != shape)
+    ):
         got = f"{t.dtype}{list(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
         want = f"{dtype}{list(shape) if shape is not None else ''}"
         raise CheckpointError(f"{what} must be a {want} tensor, got {got}")
@@ -326,7 +351,9 @@ def _check_tensor(t, what: str, dtype: torch.dtype, shape: tuple | None = None) 
 def _plan_ring(buffer, index: int, name: str, src, saved: dict, actions: list) -> None:
     storage = src.storage
     if not isinstance(storage, TensorStorage):
-        raise CheckpointError(f"source {name!r} is {storage!r}, which cannot load saved rows; use a mixreplay storage")
+        raise CheckpointError(
+            f"source {name!r} is {storage!r}, which cannot load saved rows; use a mixreplay storage"
+        )
     max_size = _int(saved["max_size"], f"source {name!r} max_size", 1)
     if max_size != storage.max_size:
         raise CheckpointError(
@@ -337,14 +364,21 @@ def _plan_ring(buffer, index: int, name: str, src, saved: dict, actions: list) -
     length = _int(saved["len"], f"source {name!r} len")
     cursor = _int(saved["cursor"], f"source {name!r} cursor")
     write_count = _int(saved["write_count"], f"source {name!r} write_count")
-    if length > max_size or cursor >= max_size or write_count < length or (length < max_size and cursor != length):
+    if (
+        length > max_size
+        or cursor >= max_size
+        or write_count < length
+        or (length < max_size and cursor != length)
+    ):
         raise CheckpointError(
             f"source {name!r}: inconsistent ring (len={length}, cursor={cursor}, "
             f"write_count={write_count}, max_size={max_size}); the checkpoint is corrupt"
         )
     if saved["schema"] is None:
         if length:
-            raise CheckpointError(f"source {name!r}: {length} rows saved without a schema; the checkpoint is corrupt")
+            raise CheckpointError(
+                f"source {name!r}: {length} rows saved without a schema; the checkpoint is corrupt"
+            )
 
         def restore_empty() -> None:
             with storage.lock:
@@ -368,8 +402,12 @@ def _plan_ring(buffer, index: int, name: str, src, saved: dict, actions: list) -
         try:
             buffer._check_schemas(schema, target=index)
         except SchemaMismatchError as err:
-            raise CheckpointError(f"source {name!r}: the saved rows do not mix with this buffer's other sources: {err}") from None
-    rows = _check_tensor(saved["rows"], f"source {name!r} rows", torch.int64, (length, layout.row_words))
+            raise CheckpointError(
+                f"source {name!r}: the saved rows do not mix with this buffer's other sources: {err}"
+            ) from None
+    rows = _check_tensor(
+        saved["rows"], f"source {name!r} rows", torch.int64, (length, layout.row_words)
+    )
     actions.append(lambda: storage._restore(rows, layout, cursor, length, write_count))
 
 
@@ -378,15 +416,25 @@ def _plan_reference(name: str, src, saved: dict, allow_offline_mismatch: bool) -
     given = _reference(src)
     problems = []
     if saved.get("fingerprint") != given["fingerprint"]:
-        problems.append(f"fingerprint {saved.get('fingerprint')} saved, {given['fingerprint']} given")
+        problems.append(
+            f"fingerprint {saved.get('fingerprint')} saved, {given['fingerprint']} given"
+        )
     if saved.get("rows") != given["rows"]:
         problems.append(f"{saved.get('rows')} rows saved, {given['rows']} given")
-    if saved.get("schema") is not None and given["schema"] is not None and saved["schema"] != given["schema"]:
-        lines = Schema.from_json(saved["schema"]).differences(Schema.from_json(given["schema"]), names=("saved", "given"))
+    if (
+        saved.get("schema") is not None
+        and given["schema"] is not None
+        and saved["schema"] != given["schema"]
+    ):
+        lines = Schema.from_json(saved["schema"]).differences(
+            Schema.from_json(given["schema"]), names=("saved", "given")
+        )
         problems.append("schema " + "; ".join(lines))
     if not problems:
         return True
-    where = ", ".join(f"{k}={saved.get(k)!r}" for k in ("type", "source_id", "path") if saved.get(k))
+    where = ", ".join(
+        f"{k}={saved.get(k)!r}" for k in ("type", "source_id", "path") if saved.get(k)
+    )
     msg = (
         f"offline source {name!r} is not the dataset this checkpoint was saved with "
         f"({where}): {'; '.join(problems)}"
@@ -414,7 +462,9 @@ def _plan_sampler(name: str, src, saved, actions: list) -> None:
         )
     state = saved["state"]
     config, mine = saved["config"], _jsonable(sampler.config())
-    differ = sorted(k for k in set(config) | set(mine) if config.get(k) != mine.get(k) and k not in state)
+    differ = sorted(
+        k for k in set(config) | set(mine) if config.get(k) != mine.get(k) and k not in state
+    )
     if differ:
         raise CheckpointError(
             f"source {name!r}: the sampler's settings differ ({', '.join(f'{k}: saved {config.get(k)!r}, buffer {mine.get(k)!r}' for k in differ)}); "
@@ -428,7 +478,9 @@ def _plan_sampler(name: str, src, saved, actions: list) -> None:
         try:
             trial.load_state_dict(state)
         except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as err:
-            raise CheckpointError(f"source {name!r}: the saved sampler state does not load ({err})") from None
+            raise CheckpointError(
+                f"source {name!r}: the saved sampler state does not load ({err})"
+            ) from None
     actions.append(lambda: sampler.load_state_dict(state))
 
 
@@ -439,7 +491,9 @@ def _plan_mixing(buffer, saved, actions: list) -> None:
         f = _fraction(saved["offline_fraction"], "offline_fraction")
         base = _fraction(saved["base_offline_fraction"], "base_offline_fraction")
         step = _int(saved["step"], "step")
-        schedule = _restore_schedule(saved["schedule"], buffer._schedule, "the offline-fraction schedule")
+        schedule = _restore_schedule(
+            saved["schedule"], buffer._schedule, "the offline-fraction schedule"
+        )
 
         def apply() -> None:
             buffer._schedule, buffer._step = schedule, step
@@ -450,19 +504,31 @@ def _plan_mixing(buffer, saved, actions: list) -> None:
         step = _int(saved["step"], "step")
         current = saved["current"]
         if len(current) != len(buffer._names) or any(
-            isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 for v in current
+            isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0
+            for v in current
         ):
-            raise CheckpointError(f"current fractions must be {len(buffer._names)} finite numbers >= 0, got {current!r}")
+            raise CheckpointError(
+                f"current fractions must be {len(buffer._names)} finite numbers >= 0, got {current!r}"
+            )
         fixed, schedules = {}, {}
         for name in buffer._names:
             entry = saved["fractions"][name]
             if "fixed" in entry:
                 v = entry["fixed"]
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                    raise CheckpointError(f"fractions[{name!r}] must be a finite number >= 0, got {v!r}")
+                if (
+                    isinstance(v, bool)
+                    or not isinstance(v, (int, float))
+                    or not math.isfinite(v)
+                    or v < 0
+                ):
+                    raise CheckpointError(
+                        f"fractions[{name!r}] must be a finite number >= 0, got {v!r}"
+                    )
                 fixed[name] = float(v)
             else:
-                schedules[name] = _restore_schedule(entry["schedule"], buffer._schedules.get(name), f"fractions[{name!r}]")
+                schedules[name] = _restore_schedule(
+                    entry["schedule"], buffer._schedules.get(name), f"fractions[{name!r}]"
+                )
 
         def apply() -> None:
             buffer._fixed, buffer._schedules = fixed, schedules
@@ -504,7 +570,9 @@ def load_state_dict(buffer, state: dict, *, allow_offline_mismatch: bool = False
 
 def _check_format(fmt, version, where: str) -> None:
     if fmt != FORMAT:
-        raise CheckpointError(f"{where} is not a mixreplay checkpoint (format {fmt!r}, expected {FORMAT!r})")
+        raise CheckpointError(
+            f"{where} is not a mixreplay checkpoint (format {fmt!r}, expected {FORMAT!r})"
+        )
     if version != FORMAT_VERSION:
         raise CheckpointError(
             f"{where} has checkpoint format version {version!r}; this mixreplay ({__version__}) "
@@ -515,7 +583,9 @@ def _check_format(fmt, version, where: str) -> None:
 def _plan(buffer, state: dict, allow_offline_mismatch: bool) -> list:
     kind, sources, _ = _anatomy(buffer)
     if state["buffer"] != kind:
-        raise CheckpointError(f"the checkpoint holds a {state['buffer']}, not a {kind}; load it into a {state['buffer']}")
+        raise CheckpointError(
+            f"the checkpoint holds a {state['buffer']}, not a {kind}; load it into a {state['buffer']}"
+        )
     saved_sources = state["sources"]
     names = [n for n, _, _ in sources]
     if list(saved_sources) != names:
@@ -546,11 +616,15 @@ def _plan(buffer, state: dict, allow_offline_mismatch: bool) -> list:
             "build the buffer with the same arguments (sources sharing the buffer's generator or not)"
         )
     for gname, g in gens.items():
-        gstate = _check_tensor(saved_gens[gname]["state"], f"generator {gname!r} state", torch.uint8)
+        gstate = _check_tensor(
+            saved_gens[gname]["state"], f"generator {gname!r} state", torch.uint8
+        )
         try:
             torch.Generator(device=g.device).set_state(gstate)
         except (RuntimeError, TypeError, ValueError) as err:
-            raise CheckpointError(f"generator {gname!r}: the saved state does not fit a {g.device} generator ({err})") from None
+            raise CheckpointError(
+                f"generator {gname!r}: the saved state does not fit a {g.device} generator ({err})"
+            ) from None
         actions.append(lambda g=g, s=gstate: g.set_state(s))
     _plan_mixing(buffer, state["mixing"], actions)
     return actions
@@ -580,8 +654,13 @@ def _write_tensor(t: torch.Tensor, directory: Path, name: str) -> dict:
     raw = memoryview(t.reshape(-1).view(torch.uint8).numpy()) if t.numel() else memoryview(b"")
     with open(directory / name, "wb") as f:
         f.write(raw)
-    return {"file": name, "dtype": _dtype_name(t.dtype), "shape": list(t.shape), "nbytes": raw.nbytes,
-            "crc32": zlib.crc32(raw)}
+    return {
+        "file": name,
+        "dtype": _dtype_name(t.dtype),
+        "shape": list(t.shape),
+        "nbytes": raw.nbytes,
+        "crc32": zlib.crc32(raw),
+    }
 
 
 def _encode(obj, directory: Path, parts: tuple, used: set):
@@ -592,7 +671,9 @@ def _encode(obj, directory: Path, parts: tuple, used: set):
         out = {}
         for k, v in obj.items():
             if not isinstance(k, str):
-                raise CheckpointError(f"cannot store the key {k!r} at {'.'.join(map(str, parts))}: keys must be strings")
+                raise CheckpointError(
+                    f"cannot store the key {k!r} at {'.'.join(map(str, parts))}: keys must be strings"
+                )
             out[k] = _encode(v, directory, (*parts, k), used)
         return out
     if isinstance(obj, (list, tuple)):
@@ -601,7 +682,9 @@ def _encode(obj, directory: Path, parts: tuple, used: set):
         return obj
     if isinstance(obj, float):
         if not math.isfinite(obj):
-            raise CheckpointError(f"cannot store {obj!r} at {'.'.join(map(str, parts))}: values must be finite")
+            raise CheckpointError(
+                f"cannot store {obj!r} at {'.'.join(map(str, parts))}: values must be finite"
+            )
         return obj
     raise CheckpointError(
         f"cannot store a {type(obj).__name__} at {'.'.join(map(str, parts))}: checkpoints hold tensors "
@@ -621,11 +704,15 @@ def _read_tensor(directory: Path, entry, where: str) -> torch.Tensor:
     except (AttributeError, TypeError, AssertionError):
         raise CheckpointError(f"{where}: unknown dtype {entry['dtype']!r}") from None
     shape = entry["shape"]
-    if not isinstance(shape, list) or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in shape):
+    if not isinstance(shape, list) or any(
+        isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in shape
+    ):
         raise CheckpointError(f"{where}: invalid shape {shape!r}")
     nbytes = math.prod(shape) * dtype.itemsize
     if entry["nbytes"] != nbytes:
-        raise CheckpointError(f"{where}: nbytes {entry['nbytes']!r} does not match {entry['dtype']}{shape}")
+        raise CheckpointError(
+            f"{where}: nbytes {entry['nbytes']!r} does not match {entry['dtype']}{shape}"
+        )
     path = directory / name
     if not path.is_file():
         raise CheckpointError(f"{path} is missing; the checkpoint is incomplete: save it again")
@@ -642,7 +729,9 @@ def _read_tensor(directory: Path, entry, where: str) -> torch.Tensor:
         while got < nbytes:
             n = f.readinto(view[got:])
             if not n:
-                raise CheckpointError(f"{path} ended after {got} of {nbytes} bytes; the file is truncated")
+                raise CheckpointError(
+                    f"{path} ended after {got} of {nbytes} bytes; the file is truncated"
+                )
             got += n
     if zlib.crc32(view) != entry["crc32"]:
         raise CheckpointError(
@@ -790,10 +879,14 @@ def _resolve(path: Path) -> Path:
     if (path / METADATA).is_file():
         return path
     if not path.exists():
-        raise CheckpointError(f"no checkpoint at {path}: the directory does not exist; save one with rb.dumps(path)")
+        raise CheckpointError(
+            f"no checkpoint at {path}: the directory does not exist; save one with rb.dumps(path)"
+        )
     if not path.is_dir():
         raise CheckpointError(f"{path} is a file, not a checkpoint directory")
-    raise CheckpointError(f"{path} is not a mixreplay checkpoint: {METADATA} is missing; save one with rb.dumps(path)")
+    raise CheckpointError(
+        f"{path} is not a mixreplay checkpoint: {METADATA} is missing; save one with rb.dumps(path)"
+    )
 
 
 def read_state(path: str | os.PathLike) -> dict:
@@ -808,7 +901,9 @@ def read_state(path: str | os.PathLike) -> dict:
     try:
         meta = json.loads(meta_file.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise CheckpointError(f"{meta_file} is not valid JSON ({err}); the checkpoint is corrupt: save it again") from None
+        raise CheckpointError(
+            f"{meta_file} is not valid JSON ({err}); the checkpoint is corrupt: save it again"
+        ) from None
     if not isinstance(meta, dict):
         raise CheckpointError(f"{meta_file} does not hold a JSON object; the checkpoint is corrupt")
     _check_format(meta.get("format"), meta.get("format_version"), str(path))
@@ -826,7 +921,9 @@ def read_state(path: str | os.PathLike) -> dict:
     try:
         return _decode(meta, path, "state")
     except KeyError as err:
-        raise CheckpointError(f"{meta_file}: a tensor entry lacks {err}; the checkpoint is corrupt") from None
+        raise CheckpointError(
+            f"{meta_file}: a tensor entry lacks {err}; the checkpoint is corrupt"
+        ) from None
 
 
 def loads(buffer, path: str | os.PathLike, *, allow_offline_mismatch: bool = False) -> None:

@@ -30,8 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mixreplay {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    example = sub.add_parser("example", help="build a mixed buffer and print the split of a few batches")
-    example.add_argument("--fraction", type=float, default=0.25, help="offline fraction (default 0.25)")
+    example = sub.add_parser(
+        "example", help="build a mixed buffer and print the split of a few batches"
+    )
+    example.add_argument(
+        "--fraction", type=float, default=0.25, help="offline fraction (default 0.25)"
+    )
     example.add_argument("--batch-size", type=int, default=256)
     example.set_defaults(func=_run_example)
     for module, adder in _SUBCOMMANDS:
@@ -56,23 +60,36 @@ def _run_example(args: argparse.Namespace) -> int:
         TensorDict({"observation": torch.randn(n, 4, generator=g), "tag": torch.zeros(n, 1)}, [n])
     )
     rb = OfflineToOnlineReplayBuffer(
-        offline, online_capacity=1000, offline_fraction=args.fraction,
-        batch_size=args.batch_size, generator=0, source_key="source",
+        offline,
+        online_capacity=1000,
+        offline_fraction=args.fraction,
+        batch_size=args.batch_size,
+        generator=0,
+        source_key="source",
     )
-    rb.extend(TensorDict({"observation": torch.randn(100, 4, generator=g), "tag": torch.ones(100, 1)}, [100]))
+    rb.extend(
+        TensorDict(
+            {"observation": torch.randn(100, 4, generator=g), "tag": torch.ones(100, 1)}, [100]
+        )
+    )
     print(rb)
     for step in range(3):
         batch = rb.sample()
         off, on = batch["source"].bincount(minlength=2).tolist()
-        print(f"batch {step}: {off} offline rows + {on} online rows "
-              f"(round({args.fraction} * {args.batch_size}) = {round(args.fraction * args.batch_size)})")
+        print(
+            f"batch {step}: {off} offline rows + {on} online rows "
+            f"(round({args.fraction} * {args.batch_size}) = {round(args.fraction * args.batch_size)})"
+        )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -45,8 +45,14 @@ class _Progress:
             except ImportError:  # tqdm is optional: convert silently
                 self.bar = False
             else:
-                self.bar = tqdm(total=self.total, unit="rows", unit_scale=True, desc=self.desc,
-                                file=sys.stderr, leave=False)
+                self.bar = tqdm(
+                    total=self.total,
+                    unit="rows",
+                    unit_scale=True,
+                    desc=self.desc,
+                    file=sys.stderr,
+                    leave=False,
+                )
         if self.bar is not False:
             self.bar.update(rows)
 
@@ -63,19 +69,40 @@ def _parse_key(text: str) -> str | tuple[str, ...]:
 def _parse_rename(text: str) -> tuple:
     old, sep, new = text.partition("=")
     if not sep or not old or not new:
-        raise argparse.ArgumentTypeError(f"--rename takes OLD=NEW (nested keys as next.reward), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"--rename takes OLD=NEW (nested keys as next.reward), got {text!r}"
+        )
     return _parse_key(old), _parse_key(new)
 
 
 def _add_loader_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("loader options (minari: and d4rl: IDs)")
-    group.add_argument("--download", action="store_true", help="minari: let Minari download a dataset missing locally")
-    group.add_argument("--keep-infos", action="store_true", help="keep step infos (minari: next.info.*, d4rl: info.*)")
-    group.add_argument("--keys", nargs="+", metavar="KEY", type=_parse_key,
-                       help="keep only these keys (nested keys as next.reward)")
-    group.add_argument("--rename", nargs="+", metavar="OLD=NEW", type=_parse_rename, help="rename keys")
-    group.add_argument("--dtype", default=None, metavar="DTYPE",
-                       help="dtype of floating keys: float32 (default), float64, ..., or 'keep' for the stored dtypes")
+    group.add_argument(
+        "--download",
+        action="store_true",
+        help="minari: let Minari download a dataset missing locally",
+    )
+    group.add_argument(
+        "--keep-infos",
+        action="store_true",
+        help="keep step infos (minari: next.info.*, d4rl: info.*)",
+    )
+    group.add_argument(
+        "--keys",
+        nargs="+",
+        metavar="KEY",
+        type=_parse_key,
+        help="keep only these keys (nested keys as next.reward)",
+    )
+    group.add_argument(
+        "--rename", nargs="+", metavar="OLD=NEW", type=_parse_rename, help="rename keys"
+    )
+    group.add_argument(
+        "--dtype",
+        default=None,
+        metavar="DTYPE",
+        help="dtype of floating keys: float32 (default), float64, ..., or 'keep' for the stored dtypes",
+    )
 
 
 def _loader_kwargs(args: argparse.Namespace) -> dict:
@@ -85,12 +112,25 @@ def _loader_kwargs(args: argparse.Namespace) -> dict:
         ValueError: an option the ID's loader does not take.
     """
     prefix = args.dataset_id.partition(":")[0]
-    given = [name for name, flag in (("--download", args.download), ("--keep-infos", args.keep_infos),
-             ("--keys", args.keys), ("--rename", args.rename), ("--dtype", args.dtype is not None)) if flag]
+    given = [
+        name
+        for name, flag in (
+            ("--download", args.download),
+            ("--keep-infos", args.keep_infos),
+            ("--keys", args.keys),
+            ("--rename", args.rename),
+            ("--dtype", args.dtype is not None),
+        )
+        if flag
+    ]
     if given and prefix not in _CONVERTIBLE:
-        raise ValueError(f"{', '.join(given)} apply to minari: and d4rl: IDs only, not to {prefix}: IDs")
+        raise ValueError(
+            f"{', '.join(given)} apply to minari: and d4rl: IDs only, not to {prefix}: IDs"
+        )
     if args.download and prefix != "minari":
-        raise ValueError("--download applies to minari: IDs only (mixreplay never downloads D4RL files)")
+        raise ValueError(
+            "--download applies to minari: IDs only (mixreplay never downloads D4RL files)"
+        )
     kwargs: dict = {}
     if args.download:
         kwargs["download"] = True
@@ -108,20 +148,28 @@ def _loader_kwargs(args: argparse.Namespace) -> dict:
 def add_dataset_parsers(subparsers) -> None:
     """Add ``inspect`` and ``convert`` to the ``mixreplay`` command's subparsers."""
     inspect = subparsers.add_parser(
-        "inspect", help="print a dataset's rows, episodes, schema, size on disk and returns",
+        "inspect",
+        help="print a dataset's rows, episodes, schema, size on disk and returns",
         description="Open a dataset ID (converting minari:/d4rl: sources into the cache on first use) "
         "and describe it.",
     )
-    inspect.add_argument("dataset_id", help="e.g. minari:mujoco/hopper/expert-v0, d4rl:hopper-medium-v2, memmap:DIR")
-    inspect.add_argument("--refresh", action="store_true", help="convert again even if the cache is current")
+    inspect.add_argument(
+        "dataset_id", help="e.g. minari:mujoco/hopper/expert-v0, d4rl:hopper-medium-v2, memmap:DIR"
+    )
+    inspect.add_argument(
+        "--refresh", action="store_true", help="convert again even if the cache is current"
+    )
     _add_loader_options(inspect)
     inspect.set_defaults(func=run_inspect)
 
     convert = subparsers.add_parser(
-        "convert", help="write a dataset in mixreplay's memmap format",
+        "convert",
+        help="write a dataset in mixreplay's memmap format",
         description="Write the rows of a dataset ID into DEST, readable as memmap:DEST.",
     )
-    convert.add_argument("dataset_id", help="e.g. minari:mujoco/hopper/expert-v0, d4rl:/data/hopper.hdf5")
+    convert.add_argument(
+        "dataset_id", help="e.g. minari:mujoco/hopper/expert-v0, d4rl:/data/hopper.hdf5"
+    )
     convert.add_argument("dest", help="the directory to create")
     convert.add_argument("--overwrite", action="store_true", help="replace DEST if it exists")
     _add_loader_options(convert)
@@ -187,7 +235,9 @@ def describe_dataset(ds, dataset_id: str | None = None) -> str:
         lines.append("schema")
         lines.append(f"  {'key':<{width}}  {'shape':<10} dtype")
         for key, f in schema.items():
-            lines.append(f"  {format_key(key):<{width}}  {str(list(f.shape)):<10} {str(f.dtype).removeprefix('torch.')}")
+            lines.append(
+                f"  {format_key(key):<{width}}  {str(list(f.shape)):<10} {str(f.dtype).removeprefix('torch.')}"
+            )
     if schema is not None and ("next", "reward") in schema and episodes:
         returns = episode_returns(ds)
         std = returns.std().item() if returns.numel() > 1 else 0.0
@@ -226,7 +276,9 @@ def run_inspect(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     if not hasattr(ds, "schema") or not hasattr(getattr(ds, "storage", None), "column"):
-        return _fail(f"{args.dataset_id} is a {type(ds).__name__}, which inspect cannot read row by row")
+        return _fail(
+            f"{args.dataset_id} is a {type(ds).__name__}, which inspect cannot read row by row"
+        )
     print(describe_dataset(ds, args.dataset_id))
     return 0
 
@@ -237,8 +289,11 @@ def run_inspect(args: argparse.Namespace) -> int:
 def _source(prefix: str, rest: str, kwargs: dict):
     from mixreplay.datasets.transforms import RowPolicy
 
-    policy = RowPolicy(keys=kwargs.pop("keys", None), rename=kwargs.pop("rename", None),
-                       dtype=kwargs.pop("dtype", "float32"))
+    policy = RowPolicy(
+        keys=kwargs.pop("keys", None),
+        rename=kwargs.pop("rename", None),
+        dtype=kwargs.pop("dtype", "float32"),
+    )
     if prefix == "minari":
         from mixreplay.datasets.minari import MinariSource
 
@@ -277,9 +332,13 @@ def run_convert(args: argparse.Namespace) -> int:
                 return _fail(f"{args.dataset_id} holds no rows")
             bar.set_total(len(ds))
             write_memmap_dataset(
-                dest, _rows_of(ds), episode_starts=getattr(ds, "episode_starts", None),
-                source_id=args.dataset_id, source_fingerprint=getattr(ds, "fingerprint", None),
-                overwrite=args.overwrite, progress=bar,
+                dest,
+                _rows_of(ds),
+                episode_starts=getattr(ds, "episode_starts", None),
+                source_id=args.dataset_id,
+                source_fingerprint=getattr(ds, "fingerprint", None),
+                overwrite=args.overwrite,
+                progress=bar,
             )
     except (MixreplayError, TypeError, FileExistsError) as err:
         return _fail(str(err))

@@ -77,7 +77,9 @@ class _MixingBuffer:
     _transform: Callable | None
     _source_key: tuple[str, ...] | None
 
-    def _init_common(self, batch_size, generator, transform, source_key, prefetch=None, pin_memory=False) -> None:
+    def _init_common(
+        self, batch_size, generator, transform, source_key, prefetch=None, pin_memory=False
+    ) -> None:
         self._batch_size = check_batch_size(batch_size)
         self._prefetch = check_prefetch(prefetch, self._batch_size)
         self._pin_memory = check_pin_memory(pin_memory)
@@ -160,14 +162,18 @@ class _MixingBuffer:
             raise EmptyBufferError(
                 f"cannot sample: every source is empty ({', '.join(self._names)}); "
                 "extend the buffer with rows first"
-                + ("" if all(len(s) == 0 for s in self._sources) else
-                   " (the rows present are too few for a whole slice)")
+                + (
+                    ""
+                    if all(len(s) == 0 for s in self._sources)
+                    else " (the rows present are too few for a whole slice)"
+                )
             )
         unit = self._unit_size
         if unit is None:
             unit = self._unit_size = self._unit()
             self._distinct = tuple(
-                i for i, s in enumerate(self._sources)
+                i
+                for i, s in enumerate(self._sources)
                 if getattr(getattr(s, "sampler", None), "replacement", True) is False
             )
         if batch_size % unit:
@@ -196,7 +202,9 @@ class _MixingBuffer:
         return self._sample_now(self._batch_size, True)
 
     def _draw_snapshot(self):
-        samplers = tuple(s.sampler.draw_state() if isinstance(s, ReplayBuffer) else None for s in self._sources)
+        samplers = tuple(
+            s.sampler.draw_state() if isinstance(s, ReplayBuffer) else None for s in self._sources
+        )
         return self._generator.get_state(), samplers
 
     def _restore_draws(self, state) -> None:
@@ -284,8 +292,11 @@ class _MixingBuffer:
         if self._prefetch and B == self._batch_size:
             if self._prefetcher is None:
                 self._prefetcher = Prefetcher(
-                    self._prefetch_draw, self._prefetch, snapshot=self._draw_snapshot,
-                    restore=self._restore_draws, ran_out=self._ran_out,
+                    self._prefetch_draw,
+                    self._prefetch,
+                    snapshot=self._draw_snapshot,
+                    restore=self._restore_draws,
+                    ran_out=self._ran_out,
                 )
             (batch, extra), _ = self._prefetcher.next()
         else:
@@ -320,9 +331,9 @@ class _MixingBuffer:
         else:
             batch = self._sample_generic(B, counts, indices)
         if self._source_key is not None or return_info:
-            source = torch.repeat_interleave(
-                torch.arange(len(counts)), torch.tensor(counts)
-            ).to(batch.device or "cpu")
+            source = torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(counts)).to(
+                batch.device or "cpu"
+            )
             if self._source_key is not None:
                 batch.set(self._source_key, source)
         if self._transform is not None:
@@ -379,7 +390,9 @@ class _MixingBuffer:
             pos += n
         return layout.unpack(out, device)
 
-    def _info(self, B: int, counts: list[int], indices: list, source: torch.Tensor, weights: list) -> TensorDict:
+    def _info(
+        self, B: int, counts: list[int], indices: list, source: torch.Tensor, weights: list
+    ) -> TensorDict:
         index = torch.full((B,), -1, dtype=torch.int64)
         weight = None
         pos = 0
@@ -408,7 +421,11 @@ class _MixingBuffer:
 
         Rows from sources without a prioritized sampler are ignored.
         """
-        if not isinstance(info, TensorDictBase) or "source" not in info.keys() or "index" not in info.keys():
+        if (
+            not isinstance(info, TensorDictBase)
+            or "source" not in info.keys()
+            or "index" not in info.keys()
+        ):
             raise TypeError(
                 "update_priority expects the info TensorDict from sample(..., return_info=True) "
                 f"(with 'source' and 'index'), got {type(info).__name__}"
@@ -456,7 +473,11 @@ class _MixingBuffer:
         return sum(s.write_count for s in self._writable())
 
     def _writable(self) -> list:
-        return [s for s in self._sources if isinstance(s, ReplayBuffer) and not isinstance(s.storage, FrozenStorage)]
+        return [
+            s
+            for s in self._sources
+            if isinstance(s, ReplayBuffer) and not isinstance(s.storage, FrozenStorage)
+        ]
 
     # -- checkpoints (mixreplay.checkpoint) ------------------------------------------------
 
@@ -652,9 +673,19 @@ class OfflineToOnlineReplayBuffer(_MixingBuffer):
         return value
 
     def _evaluate_schedule(self, step: int) -> float:
-        sizes = {"offline": len(self._sources[0]), "online": len(self._sources[1])} if hasattr(self, "_sources") else None
-        value = self._schedule(step, sizes=sizes) if getattr(self._schedule, "needs_sizes", False) else self._schedule(step)
-        return _check_fraction_value(value, f"offline_fraction from {self._schedule!r} at step {step}", open_interval=False)
+        sizes = (
+            {"offline": len(self._sources[0]), "online": len(self._sources[1])}
+            if hasattr(self, "_sources")
+            else None
+        )
+        value = (
+            self._schedule(step, sizes=sizes)
+            if getattr(self._schedule, "needs_sizes", False)
+            else self._schedule(step)
+        )
+        return _check_fraction_value(
+            value, f"offline_fraction from {self._schedule!r} at step {step}", open_interval=False
+        )
 
     def _fractions(self) -> list[float]:
         f = self._offline_fraction
@@ -667,7 +698,11 @@ class OfflineToOnlineReplayBuffer(_MixingBuffer):
     def extend(self, data: TensorDictBase) -> torch.Tensor:
         """Write online rows (batch ``[n]``); return the online slots written."""
         online = self._online_buffer
-        if online.storage.schema is None and isinstance(data, TensorDictBase) and data.batch_dims >= 1:
+        if (
+            online.storage.schema is None
+            and isinstance(data, TensorDictBase)
+            and data.batch_dims >= 1
+        ):
             self._check_schemas(Schema.from_tensordict(data, batch_dims=data.batch_dims), target=1)
         self._before_write()
         index = online.extend(data)
@@ -687,7 +722,9 @@ class OfflineToOnlineReplayBuffer(_MixingBuffer):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise TypeError(f"{name} must be an int, got {type(v).__name__} {v!r}")
         if total_steps <= 0:
-            raise ValueError(f"total_steps must be > 0 (the step where the fraction reaches 0), got {total_steps}")
+            raise ValueError(
+                f"total_steps must be > 0 (the step where the fraction reaches 0), got {total_steps}"
+            )
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
         self._offline_fraction = self._base_offline_fraction * max(0.0, 1.0 - step / total_steps)
@@ -741,7 +778,9 @@ class OfflineToOnlineReplayBuffer(_MixingBuffer):
 
 def _check_capacity(capacity) -> int:
     if isinstance(capacity, bool) or not isinstance(capacity, int):
-        raise TypeError(f"online_capacity must be an int, got {type(capacity).__name__} {capacity!r}")
+        raise TypeError(
+            f"online_capacity must be an int, got {type(capacity).__name__} {capacity!r}"
+        )
     if capacity <= 0:
         raise ValueError(f"online_capacity must be a positive number of rows, got {capacity}")
     return capacity
@@ -815,7 +854,9 @@ class MixtureReplayBuffer(_MixingBuffer):
                 "e.g. {'offline': dataset, 'online': LazyTensorStorage(100_000)}"
             )
         if not isinstance(fractions, Mapping):
-            raise TypeError(f"fractions must be a mapping name -> fraction, got {type(fractions).__name__}")
+            raise TypeError(
+                f"fractions must be a mapping name -> fraction, got {type(fractions).__name__}"
+            )
         if samplers is not None and not isinstance(samplers, Mapping):
             raise TypeError(
                 f"samplers must be a mapping name -> Sampler, got {type(samplers).__name__}; "
@@ -829,20 +870,28 @@ class MixtureReplayBuffer(_MixingBuffer):
         samplers = dict(samplers or {})
         unknown = set(samplers) - set(sources)
         if unknown:
-            raise ValueError(f"samplers name unknown sources {sorted(unknown)}; sources are {sorted(sources)}")
+            raise ValueError(
+                f"samplers name unknown sources {sorted(unknown)}; sources are {sorted(sources)}"
+            )
         self._init_common(batch_size, generator, transform, source_key, prefetch, pin_memory)
         self._names = tuple(sources)
         self._sources = []
         for name, obj in sources.items():
             if is_native_storage(obj) or _looks_like_storage(obj):
-                obj = ReplayBuffer(storage=obj, sampler=samplers.pop(name, None), generator=self._generator)
+                obj = ReplayBuffer(
+                    storage=obj, sampler=samplers.pop(name, None), generator=self._generator
+                )
             elif name in samplers:
                 raise ValueError(
                     f"samplers[{name!r}] applies to a source given as a storage; source {name!r} is a "
                     f"{type(obj).__name__}, which keeps its own sampler"
                 )
             self._sources.append(_as_source(obj, name))
-            if isinstance(obj, ReplayBuffer) and isinstance(obj.storage, FrozenStorage) and len(obj) == 0:
+            if (
+                isinstance(obj, ReplayBuffer)
+                and isinstance(obj.storage, FrozenStorage)
+                and len(obj) == 0
+            ):
                 raise ValueError(
                     f"source {name!r} ({type(obj).__name__}) is read-only and holds no rows, so it could "
                     "never contribute to a batch; fill the dataset before mixing, or drop the source"
@@ -864,7 +913,9 @@ class MixtureReplayBuffer(_MixingBuffer):
                 except TypeError as err:
                     raise TypeError(f"fractions[{name!r}]: {err}") from None
         if not self._schedules and sum(self._fixed.values()) == 0:
-            raise ValueError(f"fractions sum to 0 ({dict(fractions)}); give at least one source a share")
+            raise ValueError(
+                f"fractions sum to 0 ({dict(fractions)}); give at least one source a share"
+            )
         self._step = 0
         self._current = self._evaluate(0)
 
@@ -877,7 +928,11 @@ class MixtureReplayBuffer(_MixingBuffer):
             else:
                 sch = self._schedules[name]
                 v = sch(step, sizes=sizes) if getattr(sch, "needs_sizes", False) else sch(step)
-                out.append(_check_fraction_value(v, f"fractions[{name!r}] at step {step}", open_interval=False))
+                out.append(
+                    _check_fraction_value(
+                        v, f"fractions[{name!r}] at step {step}", open_interval=False
+                    )
+                )
         return out
 
     def _fractions(self) -> list[float]:
@@ -930,7 +985,8 @@ class MixtureReplayBuffer(_MixingBuffer):
 
     def __repr__(self) -> str:
         parts = ", ".join(
-            f"{n}: {len(s)} rows @ {f:.3f}" for n, s, f in zip(self._names, self._sources, self._fractions())
+            f"{n}: {len(s)} rows @ {f:.3f}"
+            for n, s, f in zip(self._names, self._sources, self._fractions())
         )
         return f"{type(self).__name__}({parts}, batch_size={self._batch_size})"
 

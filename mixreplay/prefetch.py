@@ -70,7 +70,9 @@ def check_prefetch(prefetch, batch_size) -> int:
 def check_pin_memory(pin_memory) -> bool:
     """Validate ``pin_memory``; pinned memory needs an accelerator."""
     if not isinstance(pin_memory, bool):
-        raise TypeError(f"pin_memory must be a bool, got {type(pin_memory).__name__} {pin_memory!r}")
+        raise TypeError(
+            f"pin_memory must be a bool, got {type(pin_memory).__name__} {pin_memory!r}"
+        )
     if pin_memory and not torch.cuda.is_available():
         raise ValueError(
             "pin_memory=True needs a CUDA device (pinned host memory only speeds up copies to "
@@ -119,7 +121,9 @@ class Prefetcher:
         self._lock = threading.Lock()
         self._started = False  # writes refill the queue only once sampling has begun
         # The finalizer holds the executor, not the prefetcher: a dropped buffer stops its thread.
-        self._finalizer = weakref.finalize(self, self._executor.shutdown, wait=False, cancel_futures=True)
+        self._finalizer = weakref.finalize(
+            self, self._executor.shutdown, wait=False, cancel_futures=True
+        )
 
     @staticmethod
     def _call(ref, *args):
@@ -157,7 +161,9 @@ class Prefetcher:
         discarded (rewound), so the next call starts again from the failed draw.
         """
         if self.closed:
-            raise RuntimeError("the buffer was closed: its prefetch thread is stopped; build a new buffer")
+            raise RuntimeError(
+                "the buffer was closed: its prefetch thread is stopped; build a new buffer"
+            )
         with self._lock:
             self._started = True
             self._top_up()

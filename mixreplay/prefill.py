@@ -29,7 +29,9 @@ def _read_rows(dataset, index: torch.Tensor):
     )
 
 
-def prefill_replay_buffer(rb, dataset, n_samples: int | None = None, chunk_size: int = 1000, *, generator=None):
+def prefill_replay_buffer(
+    rb, dataset, n_samples: int | None = None, chunk_size: int = 1000, *, generator=None
+):
     """Copy rows of ``dataset`` into ``rb``, each row at most once, in chunks.
 
     With ``n_samples`` unset (or >= the dataset's size) every row is copied, in
@@ -66,7 +68,9 @@ def prefill_replay_buffer(rb, dataset, n_samples: int | None = None, chunk_size:
     total = len(dataset)
     if n_samples is not None:
         if isinstance(n_samples, bool) or not isinstance(n_samples, int):
-            raise TypeError(f"n_samples must be an int or None, got {type(n_samples).__name__} {n_samples!r}")
+            raise TypeError(
+                f"n_samples must be an int or None, got {type(n_samples).__name__} {n_samples!r}"
+            )
         if n_samples < 0:
             raise ValueError(f"n_samples must be >= 0, got {n_samples}")
     if n_samples is None or n_samples >= total:

@@ -71,7 +71,9 @@ def _count(value: Any, name: str) -> int:
     try:
         value = operator.index(value)
     except TypeError:
-        raise TypeError(f"{name} must be an int >= 0, got {type(value).__name__} {value!r}") from None
+        raise TypeError(
+            f"{name} must be an int >= 0, got {type(value).__name__} {value!r}"
+        ) from None
     if value < 0:
         raise ValueError(f"{name} must be an int >= 0, got {value}")
     return value
@@ -111,7 +113,10 @@ class Schedule:
         if name.startswith("_"):  # private helpers are not storable schedules
             return
         known = Schedule._registry.get(name)
-        if known is not None and (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__):
+        if known is not None and (known.__module__, known.__qualname__) != (
+            cls.__module__,
+            cls.__qualname__,
+        ):
             raise TypeError(
                 f"a schedule named {name!r} is already registered ({known.__module__}.{known.__qualname__}); "
                 f"give {cls.__module__}.{cls.__qualname__} a distinct class attribute config_name"
@@ -126,7 +131,9 @@ class Schedule:
             raise ValueError(f"step must be an int >= 0, got {step}")
         v = self.value(step, sizes)
         if not 0.0 <= v <= 1.0:  # also rejects NaN
-            raise ValueError(f"{self!r} returned {v!r} at step {step}; a schedule's values must lie in [0, 1]")
+            raise ValueError(
+                f"{self!r} returned {v!r} at step {step}; a schedule's values must lie in [0, 1]"
+            )
         return v
 
     def value(self, step: int, sizes: Mapping[str, int] | None = None) -> float:
@@ -417,7 +424,9 @@ class Proportional(Schedule):
 
     def __init__(self, source: str = "offline"):
         if not isinstance(source, str):
-            raise TypeError(f"Proportional source must be a source name (str), got {type(source).__name__} {source!r}")
+            raise TypeError(
+                f"Proportional source must be a source name (str), got {type(source).__name__} {source!r}"
+            )
         self._source = source
 
     def value(self, step, sizes=None) -> float:
@@ -518,7 +527,9 @@ def as_schedule(x: float | Schedule | Callable[[int], float]) -> Schedule:
     if isinstance(x, Schedule):
         return x
     if isinstance(x, bool):
-        raise TypeError(f"expected a fraction in [0, 1], a Schedule or a function of the step, got bool {x!r}")
+        raise TypeError(
+            f"expected a fraction in [0, 1], a Schedule or a function of the step, got bool {x!r}"
+        )
     if isinstance(x, (int, float)):
         return Constant(x)
     if callable(x):

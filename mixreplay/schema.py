@@ -283,9 +283,7 @@ class RowLayout:
         self.row_bytes = self.row_words * WORD_BYTES
         self.groups = self._make_groups()
         # Leaves whose per-row shape is not one flat dim need a reshape after the split.
-        self._reshape = tuple(
-            (i, f.shape) for i, f in enumerate(self.fields) if len(f.shape) != 1
-        )
+        self._reshape = tuple((i, f.shape) for i, f in enumerate(self.fields) if len(f.shape) != 1)
         self._tree = self._make_tree()
         self._unpack = self._compile_unpack()
         # Leaves already [n, k] are written as they are; others are flattened first.
@@ -456,7 +454,12 @@ class RowLayout:
         """Per dtype group, the typed columns ``[n, cols]`` of packed rows ``words``."""
         return [words.view(g.dtype)[:, g.start : g.stop] for g in self.groups]
 
-    def write(self, leaves: Sequence[torch.Tensor], views: Sequence[torch.Tensor], rows: slice | None = None) -> None:
+    def write(
+        self,
+        leaves: Sequence[torch.Tensor],
+        views: Sequence[torch.Tensor],
+        rows: slice | None = None,
+    ) -> None:
         """Copy ``leaves`` (or ``leaves[i][rows]``) into destination group views.
 
         Args:
@@ -501,7 +504,9 @@ def _count_leaves(node: dict) -> int:
 def _build(tree: dict, leaves: list, batch_size: torch.Size, device) -> TensorDict:
     source = {}
     for name, item in tree.items():
-        source[name] = leaves[item] if isinstance(item, int) else _build(item, leaves, batch_size, device)
+        source[name] = (
+            leaves[item] if isinstance(item, int) else _build(item, leaves, batch_size, device)
+        )
     return _new_td(source, batch_size, device)
 
 

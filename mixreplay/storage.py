@@ -86,7 +86,9 @@ def check_rows(data) -> int:
             if isinstance(data, dict)
             else "TensorDict({'observation': x, ...}, batch_size=[n])"
         )
-        raise TypeError(f"extend expects a TensorDict of rows, got {type(data).__name__}; wrap it: {hint}")
+        raise TypeError(
+            f"extend expects a TensorDict of rows, got {type(data).__name__}; wrap it: {hint}"
+        )
     if data.batch_dims != 1:
         raise ValueError(
             f"extend expects a TensorDict with one batch dim (one entry per row), got "
@@ -323,7 +325,12 @@ class TensorStorage(_PackedRows):
         with self.lock:
             if self._rows is None:
                 self._set_rows(self._allocate(layout), layout)
-                log.debug("allocated %d rows × %d bytes for %r", self.max_size, layout.row_bytes, layout.schema)
+                log.debug(
+                    "allocated %d rows × %d bytes for %r",
+                    self.max_size,
+                    layout.row_bytes,
+                    layout.schema,
+                )
             cap, start = self.max_size, self._cursor
             views = self._views
             if start + n <= cap:
@@ -360,7 +367,9 @@ class TensorStorage(_PackedRows):
 
     # -- state ---------------------------------------------------------------------------
 
-    def _restore(self, rows: torch.Tensor, layout: RowLayout, cursor: int, length: int, write_count: int) -> None:
+    def _restore(
+        self, rows: torch.Tensor, layout: RowLayout, cursor: int, length: int, write_count: int
+    ) -> None:
         """Replace the content with ``rows`` (``[length, W]``, slot order)."""
         if length > self.max_size:
             raise ValueError(f"cannot restore {length} rows into a storage of {self.max_size}")
@@ -418,7 +427,12 @@ class LazyMemmapStorage(TensorStorage):
     """
 
     def __init__(
-        self, max_size: int, *, scratch_dir: str | os.PathLike | None = None, device=None, ndim: int = 1
+        self,
+        max_size: int,
+        *,
+        scratch_dir: str | os.PathLike | None = None,
+        device=None,
+        ndim: int = 1,
     ):
         super().__init__(max_size, device=device, ndim=ndim)
         if self.device.type != "cpu":
@@ -499,4 +513,3 @@ class FrozenStorage(_PackedRows):
 
 def is_native_storage(obj) -> bool:
     return isinstance(obj, _PackedRows)
-

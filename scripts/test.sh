@@ -1,14 +1,50 @@
 #!/usr/bin/env bash
-# Install everything the tests need into .venv, then run the test suite.
-# Extra arguments go to pytest (e.g. -k mixing).
-set -euo pipefail
+# Install everything the tests need into .venv, then run every check CI runs, in phases.
+# Every phase runs even when an earlier one fails; a summary at the end lists each phase's
+# result, and the script exits non-zero if any failed. Extra arguments go to pytest.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh test
-.venv/bin/python -m pytest -m "not slow" -p no:cacheprovider "$@"
+bash scripts/setup.sh test || exit 1
+py=.venv/bin/python
 
-# tensordict 0.15 compatibility: TorchRL 0.14.1 pins tensordict<0.15, so the main run uses
-# 0.14.x; the core suite runs again with tensordict 0.15 shadowing it (TorchRL-free tests only).
-.venv/bin/python -m pip install --quiet --no-deps --upgrade --target .deps/tensordict-0.15 "tensordict>=0.15,<0.16"
-PYTHONPATH=.deps/tensordict-0.15 .venv/bin/python -m pytest -q -m "not slow" -p no:cacheprovider \
-  tests/test_split.py tests/test_storage.py tests/test_mixing.py tests/test_mixture.py \
-  tests/test_prefill.py tests/test_registry.py tests/test_reference_examples.py
+names=()
+results=()
+phase() {  # phase NAME COMMAND...: run one phase, remember how it ended
+  local name="$1"
+  shift
+  printf '\n=== %s ===\n' "$name"
+  local start=$SECONDS
+  "$@"
+  local rc=$?
+  names+=("$name")
+  if [ "$rc" -eq 0 ]; then
+    results+=("passed ($((SECONDS - start)) s)")
+  else
+    results+=("FAILED, exit $rc ($((SECONDS - start)) s)")
+  fi
+}
+
+phase "ruff check" "$py" -m ruff check mixreplay tests benchmarks examples scripts
+phase "ruff format --check" "$py" -m ruff format --check mixreplay tests benchmarks examples scripts
+phase "mypy" "$py" -m mypy mixreplay
+phase "test suite (tensordict 0.14, torchrl 0.14.1)" \
+  "$py" -m pytest -m "not slow" -p no:cacheprovider "$@"
+
+# tensordict 0.15: TorchRL 0.14.1 pins tensordict<0.15, so the main run uses 0.14.x; the whole
+# TorchRL-free suite runs again with tensordict 0.15 shadowing it (tests marked `torchrl` are
+# the ones that import TorchRL, and are deselected here).
+td015() {
+  "$py" -m pip install --quiet --no-deps --upgrade --target .deps/tensordict-0.15 \
+    "tensordict>=0.15,<0.16" || return 1
+  PYTHONPATH=.deps/tensordict-0.15 "$py" -m pytest -q -m "not slow and not torchrl" \
+    -p no:cacheprovider "$@"
+}
+phase "test suite again on tensordict 0.15 (TorchRL-free tests)" td015 "$@"
+
+printf '\n=== summary ===\n'
+failed=0
+for i in "${!names[@]}"; do
+  printf '%-60s %s\n' "${names[$i]}" "${results[$i]}"
+  case "${results[$i]}" in FAILED*) failed=1 ;; esac
+done
+exit "$failed"

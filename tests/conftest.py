@@ -40,7 +40,9 @@ def _isolated_roots(tmp_path_factory, monkeypatch):
     monkeypatch.chdir(root)  # MuJoCo writes MUJOCO_LOG.TXT into the working directory
 
 
-def ted_rows(n: int, tag: float = 0.0, *, obs_dim: int = 3, act_dim: int = 2, seed: int = 0) -> TensorDict:
+def ted_rows(
+    n: int, tag: float = 0.0, *, obs_dim: int = 3, act_dim: int = 2, seed: int = 0
+) -> TensorDict:
     """``n`` transitions in TorchRL's TED layout; every float leaf of row ``i`` encodes ``tag`` and ``i``."""
     g = torch.Generator().manual_seed(seed)
     i = torch.arange(n, dtype=torch.float32).unsqueeze(-1)

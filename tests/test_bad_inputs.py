@@ -47,12 +47,21 @@ def o2o():
 
 
 def mixture():
-    mix = MixtureReplayBuffer({"off": OFFLINE, "on": LazyTensorStorage(20)}, {"off": 1, "on": 1}, batch_size=4, generator=0)
+    mix = MixtureReplayBuffer(
+        {"off": OFFLINE, "on": LazyTensorStorage(20)},
+        {"off": 1, "on": 1},
+        batch_size=4,
+        generator=0,
+    )
     mix.extend(ted_rows(5), source="on")
     return mix
 
 
-BUFFERS = {"ReplayBuffer": replay, "OfflineToOnlineReplayBuffer": o2o, "MixtureReplayBuffer": mixture}
+BUFFERS = {
+    "ReplayBuffer": replay,
+    "OfflineToOnlineReplayBuffer": o2o,
+    "MixtureReplayBuffer": mixture,
+}
 
 
 def refused_unchanged(rb, call, err, match) -> None:
@@ -69,14 +78,26 @@ def refused_unchanged(rb, call, err, match) -> None:
 @pytest.mark.parametrize(
     "kwargs, err, match",
     [
-        (dict(storage=5), TypeError, r"storage must be a mixreplay storage \(LazyTensorStorage, LazyMemmapStorage\) or a TorchRL Storage, got int"),
+        (
+            dict(storage=5),
+            TypeError,
+            r"storage must be a mixreplay storage \(LazyTensorStorage, LazyMemmapStorage\) or a TorchRL Storage, got int",
+        ),
         (dict(storage=None), TypeError, "storage must be a mixreplay storage .* got NoneType"),
-        (dict(sampler="uniform"), TypeError, r"sampler must be a mixreplay Sampler \(RandomSampler, PrioritizedSampler, SliceSampler\), got str"),
+        (
+            dict(sampler="uniform"),
+            TypeError,
+            r"sampler must be a mixreplay Sampler \(RandomSampler, PrioritizedSampler, SliceSampler\), got str",
+        ),
         (dict(sampler=RandomSampler), TypeError, "sampler must be a mixreplay Sampler .* got type"),
         (dict(batch_size=1.5), TypeError, "batch_size must be a positive int, got float 1.5"),
         (dict(batch_size=True), TypeError, "batch_size must be a positive int, got bool True"),
         (dict(batch_size=0), ValueError, "batch_size must be a positive int, got 0"),
-        (dict(generator=1.5), TypeError, r"generator must be a torch.Generator or an int seed, got float; e.g. generator=torch.Generator\(\).manual_seed\(0\)"),
+        (
+            dict(generator=1.5),
+            TypeError,
+            r"generator must be a torch.Generator or an int seed, got float; e.g. generator=torch.Generator\(\).manual_seed\(0\)",
+        ),
         (dict(transform="scale"), TypeError, "transform must be callable, got str"),
     ],
 )
@@ -89,12 +110,32 @@ def test_replay_buffer_constructor(kwargs, err, match):
 @pytest.mark.parametrize(
     "make, err, match",
     [
-        (lambda: LazyTensorStorage(4, device="gpu0"), ValueError, r"device must be a torch.device or a device string such as 'cpu' or 'cuda:0', got str 'gpu0'"),
-        (lambda: LazyTensorStorage(4, device=2.5), TypeError, "device must be a torch.device .* got float 2.5"),
-        (lambda: LazyMemmapStorage(4, scratch_dir=5), TypeError, r"scratch_dir must be a directory path \(str or os.PathLike\), got int 5"),
-        (lambda: LazyTensorStorage(-3), ValueError, "max_size must be a positive number of rows, got -3"),
+        (
+            lambda: LazyTensorStorage(4, device="gpu0"),
+            ValueError,
+            r"device must be a torch.device or a device string such as 'cpu' or 'cuda:0', got str 'gpu0'",
+        ),
+        (
+            lambda: LazyTensorStorage(4, device=2.5),
+            TypeError,
+            "device must be a torch.device .* got float 2.5",
+        ),
+        (
+            lambda: LazyMemmapStorage(4, scratch_dir=5),
+            TypeError,
+            r"scratch_dir must be a directory path \(str or os.PathLike\), got int 5",
+        ),
+        (
+            lambda: LazyTensorStorage(-3),
+            ValueError,
+            "max_size must be a positive number of rows, got -3",
+        ),
         (lambda: LazyTensorStorage("4"), TypeError, "max_size must be an int, got str '4'"),
-        (lambda: RandomSampler(replacement="no"), TypeError, "RandomSampler replacement must be a bool, got str 'no'"),
+        (
+            lambda: RandomSampler(replacement="no"),
+            TypeError,
+            "RandomSampler replacement must be a bool, got str 'no'",
+        ),
     ],
 )
 def test_storage_and_sampler_constructors(make, err, match):
@@ -105,20 +146,60 @@ def test_storage_and_sampler_constructors(make, err, match):
 @pytest.mark.parametrize(
     "kwargs, err, match",
     [
-        (dict(offline_dataset=None), TypeError, r"source 'offline' must be a mixreplay ReplayBuffer or dataset, .* got NoneType"),
+        (
+            dict(offline_dataset=None),
+            TypeError,
+            r"source 'offline' must be a mixreplay ReplayBuffer or dataset, .* got NoneType",
+        ),
         (dict(offline_dataset=torch.zeros(3)), TypeError, "source 'offline' must be .* got Tensor"),
-        (dict(offline_dataset=ted_rows(3)), TypeError, "source 'offline' must be .* got TensorDict"),
-        (dict(offline_fraction=None), TypeError, "offline_fraction must be a float, got NoneType None"),
+        (
+            dict(offline_dataset=ted_rows(3)),
+            TypeError,
+            "source 'offline' must be .* got TensorDict",
+        ),
+        (
+            dict(offline_fraction=None),
+            TypeError,
+            "offline_fraction must be a float, got NoneType None",
+        ),
         (dict(offline_fraction=True), TypeError, "offline_fraction must be a float, got bool True"),
-        (dict(offline_fraction=-0.1), ValueError, r"offline_fraction must be in \(0, 1\) \(exclusive\), got -0.1"),
-        (dict(offline_fraction=-math.inf), ValueError, "offline_fraction must be a finite number in \\(0, 1\\), got -inf"),
-        (dict(offline_fraction=lambda step: math.nan), ValueError, r"CallableSchedule\(.*\) returned nan at step 0; a schedule's values must lie in \[0, 1\]"),
+        (
+            dict(offline_fraction=-0.1),
+            ValueError,
+            r"offline_fraction must be in \(0, 1\) \(exclusive\), got -0.1",
+        ),
+        (
+            dict(offline_fraction=-math.inf),
+            ValueError,
+            "offline_fraction must be a finite number in \\(0, 1\\), got -inf",
+        ),
+        (
+            dict(offline_fraction=lambda step: math.nan),
+            ValueError,
+            r"CallableSchedule\(.*\) returned nan at step 0; a schedule's values must lie in \[0, 1\]",
+        ),
         (dict(online_capacity="100"), TypeError, "online_capacity must be an int, got str '100'"),
-        (dict(online_capacity=-1), ValueError, "online_capacity must be a positive number of rows, got -1"),
+        (
+            dict(online_capacity=-1),
+            ValueError,
+            "online_capacity must be a positive number of rows, got -1",
+        ),
         (dict(batch_size="8"), TypeError, "batch_size must be a positive int, got str '8'"),
-        (dict(generator=torch.Generator), TypeError, "generator must be a torch.Generator or an int seed"),
-        (dict(source_key=5), TypeError, r"source_key: a key must be a string or a non-empty tuple of strings, got 5; write nested keys as tuples"),
-        (dict(source_key=()), TypeError, r"source_key: a key must be a string or a non-empty tuple of strings, got \(\)"),
+        (
+            dict(generator=torch.Generator),
+            TypeError,
+            "generator must be a torch.Generator or an int seed",
+        ),
+        (
+            dict(source_key=5),
+            TypeError,
+            r"source_key: a key must be a string or a non-empty tuple of strings, got 5; write nested keys as tuples",
+        ),
+        (
+            dict(source_key=()),
+            TypeError,
+            r"source_key: a key must be a string or a non-empty tuple of strings, got \(\)",
+        ),
     ],
 )
 def test_offline_to_online_constructor(kwargs, err, match):
@@ -130,16 +211,66 @@ def test_offline_to_online_constructor(kwargs, err, match):
 @pytest.mark.parametrize(
     "args, kwargs, err, match",
     [
-        (({1: OFFLINE}, {1: 1.0}), {}, TypeError, r"source names must be non-empty strings, got \[1\]; name each source"),
-        (({"": OFFLINE}, {"": 1.0}), {}, TypeError, r"source names must be non-empty strings, got \[''\]"),
-        (({"a": LazyTensorStorage(4)}, {"a": 1}), dict(samplers=[RandomSampler()]), TypeError, r"samplers must be a mapping name -> Sampler, got list; e.g. samplers=\{'online': PrioritizedSampler\(\)\}"),
-        (({"a": LazyTensorStorage(4)}, {"a": 1}), dict(samplers={"a": "uniform"}), TypeError, "sampler must be a mixreplay Sampler .* got str"),
-        (({"a": LazyTensorStorage(4)}, {"a": "0.5"}), {}, TypeError, r"fractions\['a'\]: expected a fraction in \[0, 1\], a Schedule or a function of the step, got str '0.5'"),
-        (({"a": LazyTensorStorage(4)}, {"a": math.inf}), {}, ValueError, r"fractions\['a'\] must be finite and >= 0, got inf"),
-        (({"a": LazyTensorStorage(4)}, {"a": 1}), dict(source_key=3.0), TypeError, "source_key: a key must be a string"),
-        (({"a": LazyTensorStorage(4)}, {"a": 1}), dict(batch_size=-2), ValueError, "batch_size must be a positive int, got -2"),
-        (({"a": LazyTensorStorage(4)}, {"a": 1}), dict(generator="0"), TypeError, "generator must be a torch.Generator or an int seed, got str"),
-        (({"a": LazyTensorStorage(4)}, {"a": 1}), dict(transform=1), TypeError, "transform must be callable, got int"),
+        (
+            ({1: OFFLINE}, {1: 1.0}),
+            {},
+            TypeError,
+            r"source names must be non-empty strings, got \[1\]; name each source",
+        ),
+        (
+            ({"": OFFLINE}, {"": 1.0}),
+            {},
+            TypeError,
+            r"source names must be non-empty strings, got \[''\]",
+        ),
+        (
+            ({"a": LazyTensorStorage(4)}, {"a": 1}),
+            dict(samplers=[RandomSampler()]),
+            TypeError,
+            r"samplers must be a mapping name -> Sampler, got list; e.g. samplers=\{'online': PrioritizedSampler\(\)\}",
+        ),
+        (
+            ({"a": LazyTensorStorage(4)}, {"a": 1}),
+            dict(samplers={"a": "uniform"}),
+            TypeError,
+            "sampler must be a mixreplay Sampler .* got str",
+        ),
+        (
+            ({"a": LazyTensorStorage(4)}, {"a": "0.5"}),
+            {},
+            TypeError,
+            r"fractions\['a'\]: expected a fraction in \[0, 1\], a Schedule or a function of the step, got str '0.5'",
+        ),
+        (
+            ({"a": LazyTensorStorage(4)}, {"a": math.inf}),
+            {},
+            ValueError,
+            r"fractions\['a'\] must be finite and >= 0, got inf",
+        ),
+        (
+            ({"a": LazyTensorStorage(4)}, {"a": 1}),
+            dict(source_key=3.0),
+            TypeError,
+            "source_key: a key must be a string",
+        ),
+        (
+            ({"a": LazyTensorStorage(4)}, {"a": 1}),
+            dict(batch_size=-2),
+            ValueError,
+            "batch_size must be a positive int, got -2",
+        ),
+        (
+            ({"a": LazyTensorStorage(4)}, {"a": 1}),
+            dict(generator="0"),
+            TypeError,
+            "generator must be a torch.Generator or an int seed, got str",
+        ),
+        (
+            ({"a": LazyTensorStorage(4)}, {"a": 1}),
+            dict(transform=1),
+            TypeError,
+            "transform must be callable, got int",
+        ),
     ],
 )
 def test_mixture_constructor(args, kwargs, err, match):
@@ -149,9 +280,15 @@ def test_mixture_constructor(args, kwargs, err, match):
 
 def test_an_offline_dataset_with_no_rows(tmp_path):
     empty = OfflineDataset.from_tensordict(ted_rows(0))
-    with pytest.raises(ValueError, match=r"the offline dataset \(OfflineDataset\) holds no rows; fill it before mixing"):
+    with pytest.raises(
+        ValueError,
+        match=r"the offline dataset \(OfflineDataset\) holds no rows; fill it before mixing",
+    ):
         OfflineToOnlineReplayBuffer(empty, online_capacity=10)
-    with pytest.raises(ValueError, match=r"source 'off' \(OfflineDataset\) is read-only and holds no rows, so it could never contribute"):
+    with pytest.raises(
+        ValueError,
+        match=r"source 'off' \(OfflineDataset\) is read-only and holds no rows, so it could never contribute",
+    ):
         MixtureReplayBuffer({"off": empty, "on": LazyTensorStorage(4)}, {"off": 1, "on": 1})
     with pytest.raises(DatasetError, match="no rows to write to .*: the data was empty"):
         write_memmap_dataset(tmp_path / "ds", ted_rows(0))
@@ -176,17 +313,53 @@ def _wrong(key, value):
 
 
 BAD_WRITES = {
-    "empty batch": (ted_rows(0), ValueError, r"extend got an empty batch \(batch_size=\[0\]\); pass at least one row"),
-    "two batch dims": (ted_rows(6).reshape(2, 3), ValueError, r"extend expects a TensorDict with one batch dim .* got batch_size=\[2, 3\]; use add\(\) for a single row or data.reshape\(-1\)"),
-    "a single row": (ted_rows(1)[0], ValueError, r"got batch_size=\[\]; use add\(\) for a single row"),
-    "a plain dict": ({"observation": torch.zeros(2, 3)}, TypeError, r"extend expects a TensorDict of rows, got dict; wrap it: TensorDict\(data, batch_size=\[n\]\)"),
-    "a tensor": (torch.zeros(2, 3), TypeError, r"extend expects a TensorDict of rows, got Tensor; wrap it: TensorDict\(\{'observation': x, ...\}, batch_size=\[n\]\)"),
+    "empty batch": (
+        ted_rows(0),
+        ValueError,
+        r"extend got an empty batch \(batch_size=\[0\]\); pass at least one row",
+    ),
+    "two batch dims": (
+        ted_rows(6).reshape(2, 3),
+        ValueError,
+        r"extend expects a TensorDict with one batch dim .* got batch_size=\[2, 3\]; use add\(\) for a single row or data.reshape\(-1\)",
+    ),
+    "a single row": (
+        ted_rows(1)[0],
+        ValueError,
+        r"got batch_size=\[\]; use add\(\) for a single row",
+    ),
+    "a plain dict": (
+        {"observation": torch.zeros(2, 3)},
+        TypeError,
+        r"extend expects a TensorDict of rows, got dict; wrap it: TensorDict\(data, batch_size=\[n\]\)",
+    ),
+    "a tensor": (
+        torch.zeros(2, 3),
+        TypeError,
+        r"extend expects a TensorDict of rows, got Tensor; wrap it: TensorDict\(\{'observation': x, ...\}, batch_size=\[n\]\)",
+    ),
     "None": (None, TypeError, "extend expects a TensorDict of rows, got NoneType"),
     "a list of rows": ([ted_rows(1)], TypeError, "extend expects a TensorDict of rows, got list"),
-    "another dtype": (_wrong("action", torch.zeros(3, 2, dtype=torch.float64)), SchemaMismatchError, r"'action': \w+ float32\[2\], \w+ float64\[2\] \(dtype\)"),
-    "another shape": (_wrong(("next", "observation"), torch.zeros(3, 4)), SchemaMismatchError, r"\('next', 'observation'\): \w+ float32\[3\], \w+ float32\[4\] \(shape\)"),
-    "an extra key": (_wrong("info", torch.zeros(3, 1)), SchemaMismatchError, r"'info': in \w+ \(float32\[1\]\), missing in \w+"),
-    "a missing key": (ted_rows(3).exclude("action"), SchemaMismatchError, r"'action': in \w+ \(float32\[2\]\), missing in \w+"),
+    "another dtype": (
+        _wrong("action", torch.zeros(3, 2, dtype=torch.float64)),
+        SchemaMismatchError,
+        r"'action': \w+ float32\[2\], \w+ float64\[2\] \(dtype\)",
+    ),
+    "another shape": (
+        _wrong(("next", "observation"), torch.zeros(3, 4)),
+        SchemaMismatchError,
+        r"\('next', 'observation'\): \w+ float32\[3\], \w+ float32\[4\] \(shape\)",
+    ),
+    "an extra key": (
+        _wrong("info", torch.zeros(3, 1)),
+        SchemaMismatchError,
+        r"'info': in \w+ \(float32\[1\]\), missing in \w+",
+    ),
+    "a missing key": (
+        ted_rows(3).exclude("action"),
+        SchemaMismatchError,
+        r"'action': in \w+ \(float32\[2\]\), missing in \w+",
+    ),
 }
 
 
@@ -200,7 +373,10 @@ def test_bad_writes_change_nothing(kind, what):
 def test_the_first_online_write_must_match_the_offline_rows():
     rb = OfflineToOnlineReplayBuffer(OFFLINE, online_capacity=10, generator=0)
     before = rb.state_dict()
-    with pytest.raises(SchemaMismatchError, match=r"offline and online rows differ in 2 key\(s\):\n  'observation': offline float32\[3\], online float32\[5\] \(shape\)"):
+    with pytest.raises(
+        SchemaMismatchError,
+        match=r"offline and online rows differ in 2 key\(s\):\n  'observation': offline float32\[3\], online float32\[5\] \(shape\)",
+    ):
         rb.extend(ted_rows(3, obs_dim=5))
     assert_state_equal(before, rb.state_dict())
     assert rb.online_buffer.schema is None  # the failed write did not fix the online schema
@@ -226,29 +402,56 @@ def test_bad_batch_sizes_change_nothing(kind, batch_size, err, match):
 
 def test_sampling_with_no_rows_anywhere():
     rb = ReplayBuffer(storage=LazyTensorStorage(4), batch_size=2, generator=0)
-    refused_unchanged(rb, lambda rb: rb.sample(), EmptyBufferError, r"cannot sample from an empty buffer: extend it with rows first")
-    mix = MixtureReplayBuffer({"a": LazyTensorStorage(4), "b": LazyTensorStorage(4)}, {"a": 1, "b": 1}, generator=0)
-    refused_unchanged(mix, lambda m: m.sample(2), EmptyBufferError, r"cannot sample: every source is empty \(a, b\); extend the buffer with rows first")
+    refused_unchanged(
+        rb,
+        lambda rb: rb.sample(),
+        EmptyBufferError,
+        r"cannot sample from an empty buffer: extend it with rows first",
+    )
+    mix = MixtureReplayBuffer(
+        {"a": LazyTensorStorage(4), "b": LazyTensorStorage(4)}, {"a": 1, "b": 1}, generator=0
+    )
+    refused_unchanged(
+        mix,
+        lambda m: m.sample(2),
+        EmptyBufferError,
+        r"cannot sample: every source is empty \(a, b\); extend the buffer with rows first",
+    )
 
 
 def test_more_rows_than_held_without_replacement():
-    rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=RandomSampler(replacement=False), generator=0)
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(10), sampler=RandomSampler(replacement=False), generator=0
+    )
     rb.extend(ted_rows(5))
-    refused_unchanged(rb, lambda rb: rb.sample(6), ValueError,
-                      r"cannot draw 6 distinct rows without replacement from a source holding 5; ask for at most 5 rows, or use RandomSampler\(replacement=True\)")
+    refused_unchanged(
+        rb,
+        lambda rb: rb.sample(6),
+        ValueError,
+        r"cannot draw 6 distinct rows without replacement from a source holding 5; ask for at most 5 rows, or use RandomSampler\(replacement=True\)",
+    )
     assert sorted(rb.sample(5)["next", "reward"].squeeze(-1).tolist()) == [0.0, 1.0, 2.0, 3.0, 4.0]
 
 
 def test_mixed_batch_asking_a_source_for_more_distinct_rows_than_it_holds():
     def make():
-        rb = OfflineToOnlineReplayBuffer(OFFLINE, online_capacity=10, online_sampler=RandomSampler(replacement=False),
-                                         offline_fraction=0.5, generator=0)
+        rb = OfflineToOnlineReplayBuffer(
+            OFFLINE,
+            online_capacity=10,
+            online_sampler=RandomSampler(replacement=False),
+            offline_fraction=0.5,
+            generator=0,
+        )
         rb.extend(ted_rows(4))
         return rb
 
     rb, twin = make(), make()
-    refused_unchanged(rb, lambda rb: rb.sample(10), ValueError,
-                      r"batch_size 10 asks source 'online' for 5 distinct rows, but it holds 4 and samples without replacement; sample at most 4")
+    refused_unchanged(
+        rb,
+        lambda rb: rb.sample(10),
+        ValueError,
+        r"batch_size 10 asks source 'online' for 5 distinct rows, but it holds 4 and samples without replacement; sample at most 4",
+    )
     # nothing was drawn for the offline rows either: the next batch is the twin's
     a, b = rb.sample(8), twin.sample(8)
     assert torch.equal(a["next", "reward"], b["next", "reward"])
@@ -256,9 +459,18 @@ def test_mixed_batch_asking_a_source_for_more_distinct_rows_than_it_holds():
 
 
 def test_schedules_that_return_nan_change_nothing():
-    rb = OfflineToOnlineReplayBuffer(OFFLINE, online_capacity=10, offline_fraction=lambda s: 0.5 if s < 5 else math.nan, generator=0)
+    rb = OfflineToOnlineReplayBuffer(
+        OFFLINE,
+        online_capacity=10,
+        offline_fraction=lambda s: 0.5 if s < 5 else math.nan,
+        generator=0,
+    )
     refused_unchanged(rb, lambda rb: rb.set_step(7), ValueError, "returned nan at step 7")
-    mix = MixtureReplayBuffer({"a": OFFLINE, "b": LazyTensorStorage(4)}, {"a": lambda s: math.inf if s else 1.0, "b": 1.0}, generator=0)
+    mix = MixtureReplayBuffer(
+        {"a": OFFLINE, "b": LazyTensorStorage(4)},
+        {"a": lambda s: math.inf if s else 1.0, "b": 1.0},
+        generator=0,
+    )
     refused_unchanged(mix, lambda m: m.set_step(3), ValueError, "returned inf at step 3")
 
 

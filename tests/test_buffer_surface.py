@@ -15,7 +15,7 @@ from mixreplay import (
 )
 from mixreplay._torchrl_args import UNSUPPORTED
 
-torchrl = pytest.importorskip("torchrl")
+pytestmark = pytest.mark.torchrl
 
 
 def rows(n, start=0):
@@ -60,7 +60,9 @@ def test_write_count_of_mixing_buffers_counts_online_rows():
     rb.extend(rows(3))
     rb.extend(rows(3))
     assert rb.write_count == 6 == rb.online_buffer.write_count  # wrapped rows included
-    mix = MixtureReplayBuffer({"a": LazyTensorStorage(5), "b": LazyTensorStorage(5)}, {"a": 1, "b": 1})
+    mix = MixtureReplayBuffer(
+        {"a": LazyTensorStorage(5), "b": LazyTensorStorage(5)}, {"a": 1, "b": 1}
+    )
     mix.extend(rows(2), source="a")
     mix.extend(rows(7), source="b")
     assert mix.write_count == 9
@@ -95,9 +97,15 @@ def test_sampler_without_replacement_epochs_match_torchrl_shapes(drop_last, shuf
     from torchrl.data import ReplayBuffer as TRB
     from torchrl.data.replay_buffers import SamplerWithoutReplacement as TSWR
 
-    ours = ReplayBuffer(storage=LazyTensorStorage(100), batch_size=4, generator=1,
-                        sampler=SamplerWithoutReplacement(drop_last=drop_last, shuffle=shuffle))
-    theirs = TRB(storage=TLazy(100), batch_size=4, sampler=TSWR(drop_last=drop_last, shuffle=shuffle))
+    ours = ReplayBuffer(
+        storage=LazyTensorStorage(100),
+        batch_size=4,
+        generator=1,
+        sampler=SamplerWithoutReplacement(drop_last=drop_last, shuffle=shuffle),
+    )
+    theirs = TRB(
+        storage=TLazy(100), batch_size=4, sampler=TSWR(drop_last=drop_last, shuffle=shuffle)
+    )
     ours.extend(rows(10))
     theirs.extend(torch.arange(10))
     for _ in range(3):  # three epochs
@@ -113,8 +121,12 @@ def test_sampler_without_replacement_epochs_match_torchrl_shapes(drop_last, shuf
 
 
 def test_sampler_without_replacement_reshuffles_when_rows_are_added():
-    rb = ReplayBuffer(storage=LazyTensorStorage(100), batch_size=4, generator=1,
-                      sampler=SamplerWithoutReplacement(shuffle=False))
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(100),
+        batch_size=4,
+        generator=1,
+        sampler=SamplerWithoutReplacement(shuffle=False),
+    )
     rb.extend(rows(10))
     assert rb.sample()["x"].tolist() == [0, 1, 2, 3]
     rb.extend(rows(2, 10))
@@ -122,7 +134,9 @@ def test_sampler_without_replacement_reshuffles_when_rows_are_added():
 
 
 def test_sampler_without_replacement_drop_last_refuses_a_batch_larger_than_the_rows():
-    rb = ReplayBuffer(storage=LazyTensorStorage(100), sampler=SamplerWithoutReplacement(drop_last=True))
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(100), sampler=SamplerWithoutReplacement(drop_last=True)
+    )
     rb.extend(rows(3))
     before = rb.generator.get_state()
     with pytest.raises(ValueError, match="batch_size 4 is larger than the 3 rows held"):
@@ -134,8 +148,12 @@ def test_sampler_without_replacement_drop_last_refuses_a_batch_larger_than_the_r
 
 def test_sampler_without_replacement_state_round_trips(tmp_path):
     def make():
-        rb = ReplayBuffer(storage=LazyTensorStorage(50), batch_size=6, generator=2,
-                          sampler=SamplerWithoutReplacement())
+        rb = ReplayBuffer(
+            storage=LazyTensorStorage(50),
+            batch_size=6,
+            generator=2,
+            sampler=SamplerWithoutReplacement(),
+        )
         rb.extend(rows(20))
         return rb
 
@@ -148,9 +166,14 @@ def test_sampler_without_replacement_state_round_trips(tmp_path):
 
 
 def test_mixing_source_with_sampler_without_replacement_gets_exact_counts():
-    mix = MixtureReplayBuffer({"a": LazyTensorStorage(10), "b": LazyTensorStorage(10)}, {"a": 1, "b": 1},
-                              samplers={"a": SamplerWithoutReplacement()}, batch_size=6, generator=0,
-                              source_key="s")
+    mix = MixtureReplayBuffer(
+        {"a": LazyTensorStorage(10), "b": LazyTensorStorage(10)},
+        {"a": 1, "b": 1},
+        samplers={"a": SamplerWithoutReplacement()},
+        batch_size=6,
+        generator=0,
+        source_key="s",
+    )
     mix.extend(rows(5), source="a")
     mix.extend(rows(5, 100), source="b")
     seen = []
@@ -209,7 +232,9 @@ def test_torchrl_defaults_are_accepted_and_unknown_keywords_refused():
 
 
 def test_transform_factory():
-    rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=2, transform_factory=lambda: (lambda td: td * 2))
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(10), batch_size=2, transform_factory=lambda: lambda td: td * 2
+    )
     rb.extend(rows(3, 1))
     assert (rb.sample()["x"] % 2 == 0).all()
     with pytest.raises(TypeError, match="transform and transform_factory are exclusive"):
@@ -233,8 +258,10 @@ def test_torchrl_ndim_2_storage_is_refused():
 
 def test_n_by_t_batch_flattened_keeps_each_env_consecutive():
     # The mixreplay way for a [N, T] collector batch.
-    data = TensorDict({"env": torch.arange(3).unsqueeze(1).expand(3, 4),
-                       "t": torch.arange(4).expand(3, 4)}, [3, 4])
+    data = TensorDict(
+        {"env": torch.arange(3).unsqueeze(1).expand(3, 4), "t": torch.arange(4).expand(3, 4)},
+        [3, 4],
+    )
     rb = ReplayBuffer(storage=LazyTensorStorage(20))
     with pytest.raises(ValueError, match=r"data.reshape\(-1\)"):
         rb.extend(data)
@@ -266,11 +293,21 @@ def test_every_public_torchrl_method_is_supported_or_names_the_mixreplay_way():
 
 
 def test_torchrl_aliases_and_small_methods(tmp_path):
-    rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=4, generator=0,
-                      sampler=SamplerWithoutReplacement(shuffle=False))
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(10),
+        batch_size=4,
+        generator=0,
+        sampler=SamplerWithoutReplacement(shuffle=False),
+    )
     rb.extend(rows(6))
-    assert rb.stats() == {"size": 6, "write_count": 6, "prefetch_queue_size": 0, "initialized": True,
-                          "capacity": 10, "utilization": 0.6}
+    assert rb.stats() == {
+        "size": 6,
+        "write_count": 6,
+        "prefetch_queue_size": 0,
+        "initialized": True,
+        "capacity": 10,
+        "utilization": 0.6,
+    }
     assert rb.dim_extend == 0
     assert rb.read_all_in_order()["x"].tolist() == list(range(6))
     assert rb.read_all_in_order(2)["x"].tolist() == [0, 1]
@@ -279,7 +316,11 @@ def test_torchrl_aliases_and_small_methods(tmp_path):
     assert rb.next() is None  # the epoch ended
     assert rb.next()["x"].tolist() == [0, 1, 2, 3]
     rb.save(tmp_path / "c")
-    twin = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=4, generator=0,
-                        sampler=SamplerWithoutReplacement(shuffle=False))
+    twin = ReplayBuffer(
+        storage=LazyTensorStorage(10),
+        batch_size=4,
+        generator=0,
+        sampler=SamplerWithoutReplacement(shuffle=False),
+    )
     twin.load(tmp_path / "c")
     assert twin.sample()["x"].tolist() == rb.sample()["x"].tolist() == [4, 5]

@@ -41,7 +41,9 @@ try:  # the prioritized sampler and the schedules are built alongside this modul
 except ImportError:  # pragma: no cover
     HAVE_EXTRAS = False
 
-needs_extras = pytest.mark.skipif(not HAVE_EXTRAS, reason="mixreplay.schedules / samplers.prioritized not importable yet")
+needs_extras = pytest.mark.skipif(
+    not HAVE_EXTRAS, reason="mixreplay.schedules / samplers.prioritized not importable yet"
+)
 
 OFFLINE_BASE = -1000  # offline row i has id OFFLINE_BASE + i; online ids count from 0
 
@@ -113,44 +115,76 @@ def _replay(capacity, tmp):
 
 
 def _replay_memmap(capacity, tmp):
-    return ReplayBuffer(storage=LazyMemmapStorage(capacity, scratch_dir=tmp), batch_size=8, generator=3)
+    return ReplayBuffer(
+        storage=LazyMemmapStorage(capacity, scratch_dir=tmp), batch_size=8, generator=3
+    )
 
 
 def _o2o(capacity, tmp):
-    return OfflineToOnlineReplayBuffer(OFFLINE, online_capacity=capacity, offline_fraction=0.3, batch_size=10, generator=5)
+    return OfflineToOnlineReplayBuffer(
+        OFFLINE, online_capacity=capacity, offline_fraction=0.3, batch_size=10, generator=5
+    )
 
 
 def _o2o_prioritized(capacity, tmp):
     return OfflineToOnlineReplayBuffer(
-        OFFLINE, online_capacity=capacity, offline_fraction=0.4, batch_size=10, generator=5,
+        OFFLINE,
+        online_capacity=capacity,
+        offline_fraction=0.4,
+        batch_size=10,
+        generator=5,
         online_sampler=PrioritizedSampler(alpha=0.7, beta=0.5),
     )
 
 
 def _o2o_linear(capacity, tmp):
-    return OfflineToOnlineReplayBuffer(OFFLINE, online_capacity=capacity, offline_fraction=Linear(0.9, 0.1, 20), batch_size=10, generator=5)
+    return OfflineToOnlineReplayBuffer(
+        OFFLINE,
+        online_capacity=capacity,
+        offline_fraction=Linear(0.9, 0.1, 20),
+        batch_size=10,
+        generator=5,
+    )
 
 
 def _o2o_proportional(capacity, tmp):
     return OfflineToOnlineReplayBuffer(
-        OFFLINE, online_storage=LazyMemmapStorage(capacity, scratch_dir=tmp),
-        offline_fraction=Proportional("offline"), batch_size=10, generator=5,
+        OFFLINE,
+        online_storage=LazyMemmapStorage(capacity, scratch_dir=tmp),
+        offline_fraction=Proportional("offline"),
+        batch_size=10,
+        generator=5,
     )
 
 
 def _mixture(capacity, tmp):
-    prioritized_offline = OfflineDataset(OFFLINE.storage, sampler=PrioritizedSampler(alpha=1.0), metadata=OFFLINE.metadata)
+    prioritized_offline = OfflineDataset(
+        OFFLINE.storage, sampler=PrioritizedSampler(alpha=1.0), metadata=OFFLINE.metadata
+    )
     return MixtureReplayBuffer(
-        {"off": prioritized_offline, "a": LazyTensorStorage(capacity), "b": LazyTensorStorage(capacity + 3)},
+        {
+            "off": prioritized_offline,
+            "a": LazyTensorStorage(capacity),
+            "b": LazyTensorStorage(capacity + 3),
+        },
         {"off": Cosine(0.8, 0.2, 15), "a": 1.0, "b": 2.0},
-        samplers={"b": PrioritizedSampler(alpha=0.5)}, batch_size=12, generator=9, source_key="src",
+        samplers={"b": PrioritizedSampler(alpha=0.5)},
+        batch_size=12,
+        generator=9,
+        source_key="src",
     )
 
 
 BUILDERS = {"replay": _replay, "replay-memmap": _replay_memmap, "o2o": _o2o}
 if HAVE_EXTRAS:
-    BUILDERS.update({"o2o-prioritized": _o2o_prioritized, "o2o-linear": _o2o_linear,
-                     "o2o-proportional": _o2o_proportional, "mixture": _mixture})
+    BUILDERS.update(
+        {
+            "o2o-prioritized": _o2o_prioritized,
+            "o2o-linear": _o2o_linear,
+            "o2o-proportional": _o2o_proportional,
+            "mixture": _mixture,
+        }
+    )
 
 
 def write(rb, start: int, n: int) -> None:
@@ -168,9 +202,13 @@ def step(rb, k: int, gen: random.Random) -> tuple:
     info = out[1]
     if isinstance(rb, ReplayBuffer):
         if isinstance(rb.sampler, PrioritizedSampler if HAVE_EXTRAS else ()):
-            rb.update_priority(info["index"], torch.tensor([gen.random() for _ in range(info.batch_size[0])]))
+            rb.update_priority(
+                info["index"], torch.tensor([gen.random() for _ in range(info.batch_size[0])])
+            )
     elif HAVE_EXTRAS:
-        rb.update_priority(info, torch.tensor([gen.random() * 3 for _ in range(info.batch_size[0])]))
+        rb.update_priority(
+            info, torch.tensor([gen.random() * 3 for _ in range(info.batch_size[0])])
+        )
     return out
 
 
@@ -210,7 +248,9 @@ def test_loaded_twin_draws_the_same_batches_across_wrap_states(kind, capacity, c
 @needs_extras
 def test_slices_resume_exactly(tmp_path):
     def make():
-        return ReplayBuffer(storage=LazyTensorStorage(23), sampler=SliceSampler(3), batch_size=9, generator=2)
+        return ReplayBuffer(
+            storage=LazyTensorStorage(23), sampler=SliceSampler(3), batch_size=9, generator=2
+        )
 
     a = make()
     a.extend(id_rows(0, 40))  # wrapped: the cursor cuts an episode
@@ -243,7 +283,9 @@ def test_anneal_state_is_restored(tmp_path):
     a.dumps(tmp_path / "ck")
     b = _o2o(50, None)
     b.loads(tmp_path / "ck")
-    assert b.offline_fraction == pytest.approx(0.3 * 0.7) and b.offline_fraction == a.offline_fraction
+    assert (
+        b.offline_fraction == pytest.approx(0.3 * 0.7) and b.offline_fraction == a.offline_fraction
+    )
     b.anneal(50, 100)
     assert b.offline_fraction == pytest.approx(0.15)  # the base fraction came back too
 
@@ -273,19 +315,33 @@ def test_only_filled_rows_are_written_and_offline_is_referenced(tmp_path):
     row_bytes = rb.online_buffer.storage.row_bytes
     rows_file = path / "sources.online.storage.rows.bin"
     assert rows_file.stat().st_size == 250 * row_bytes
-    raw = torch.from_file(str(rows_file), size=250 * row_bytes // 8, dtype=torch.int64).view(250, -1)
-    assert torch.equal(raw, rb.online_buffer.storage.rows)  # raw little-endian packed words, slot order
+    raw = torch.from_file(str(rows_file), size=250 * row_bytes // 8, dtype=torch.int64).view(
+        250, -1
+    )
+    assert torch.equal(
+        raw, rb.online_buffer.storage.rows
+    )  # raw little-endian packed words, slot order
     others = sum(f.stat().st_size for f in path.iterdir()) - rows_file.stat().st_size
-    assert others < 30_000 < len(offline) * row_bytes  # metadata and generator states; no offline row
+    assert (
+        others < 30_000 < len(offline) * row_bytes
+    )  # metadata and generator states; no offline row
     assert sorted(os.listdir(tmp_path)) == ["ck"]  # no temporary or aside directory left
 
 
 @needs_extras
 def test_metadata_records_the_run(tmp_path):
-    ds_path = write_memmap_dataset(tmp_path / "ds", id_rows(OFFLINE_BASE, 300), source_id="test:ids-v0")
+    ds_path = write_memmap_dataset(
+        tmp_path / "ds", id_rows(OFFLINE_BASE, 300), source_id="test:ids-v0"
+    )
     ds = load_memmap(ds_path)
-    rb = OfflineToOnlineReplayBuffer(ds, online_capacity=7, offline_fraction=Linear(0.75, 0.25, 10), batch_size=4,
-                                     online_sampler=PrioritizedSampler(), generator=0)
+    rb = OfflineToOnlineReplayBuffer(
+        ds,
+        online_capacity=7,
+        offline_fraction=Linear(0.75, 0.25, 10),
+        batch_size=4,
+        online_sampler=PrioritizedSampler(),
+        generator=0,
+    )
     rb.extend(id_rows(0, 9))
     rb.set_step(4)
     rb.dumps(tmp_path / "ck")
@@ -293,7 +349,12 @@ def test_metadata_records_the_run(tmp_path):
     assert meta["format"] == "mixreplay-checkpoint" and meta["format_version"] == 1
     assert meta["mixreplay_version"] and meta["checksum"].startswith("sha256:")
     online = meta["sources"]["online"]["storage"]
-    assert (online["max_size"], online["len"], online["cursor"], online["write_count"]) == (7, 7, 2, 9)
+    assert (online["max_size"], online["len"], online["cursor"], online["write_count"]) == (
+        7,
+        7,
+        2,
+        9,
+    )
     assert online["schema"] == ds.schema.to_json()
     assert online["rows"]["__tensor__"]["shape"] == [7, ds.storage.layout.row_words]
     ref = meta["sources"]["offline"]["reference"]
@@ -314,16 +375,22 @@ def test_callable_schedules_are_kept_from_the_buffer(tmp_path):
     def half_then_quarter(step):
         return 0.5 if step < 3 else 0.25
 
-    a = OfflineToOnlineReplayBuffer(OFFLINE, online_capacity=9, offline_fraction=half_then_quarter, batch_size=8, generator=1)
+    a = OfflineToOnlineReplayBuffer(
+        OFFLINE, online_capacity=9, offline_fraction=half_then_quarter, batch_size=8, generator=1
+    )
     a.extend(id_rows(0, 5))
     a.set_step(4)
     a.dumps(tmp_path / "ck")
-    b = OfflineToOnlineReplayBuffer(OFFLINE, online_capacity=9, offline_fraction=half_then_quarter, batch_size=8, generator=1)
+    b = OfflineToOnlineReplayBuffer(
+        OFFLINE, online_capacity=9, offline_fraction=half_then_quarter, batch_size=8, generator=1
+    )
     b.loads(tmp_path / "ck")
     assert b.offline_fraction == 0.25
     assert_same(a.sample(), b.sample())
     c = _o2o(9, None)
-    with pytest.raises(CheckpointError, match="was a plain function .* build the buffer with that same function"):
+    with pytest.raises(
+        CheckpointError, match="was a plain function .* build the buffer with that same function"
+    ):
         c.loads(tmp_path / "ck")
 
 
@@ -369,25 +436,48 @@ def _flip_a_byte(path):
 CORRUPTIONS = {
     "unknown format version": (
         lambda p: _edit_metadata(p, lambda m: m.update(format_version=99), fix_checksum=True),
-        r"checkpoint format version 99; this mixreplay .* reads version 1"),
+        r"checkpoint format version 99; this mixreplay .* reads version 1",
+    ),
     "not a checkpoint format": (
         lambda p: _edit_metadata(p, lambda m: m.update(format="something-else"), fix_checksum=True),
-        "is not a mixreplay checkpoint \\(format 'something-else'"),
+        "is not a mixreplay checkpoint \\(format 'something-else'",
+    ),
     "edited metadata": (
-        lambda p: _edit_metadata(p, lambda m: m["sources"]["online"]["storage"].update(cursor=1), fix_checksum=False),
-        "metadata.json was edited or corrupted"),
+        lambda p: _edit_metadata(
+            p, lambda m: m["sources"]["online"]["storage"].update(cursor=1), fix_checksum=False
+        ),
+        "metadata.json was edited or corrupted",
+    ),
     "edited metadata with a matching checksum": (
-        lambda p: _edit_metadata(p, lambda m: m["sources"]["online"]["storage"].update(cursor=10), fix_checksum=True),
-        r"inconsistent ring \(len=10, cursor=10, write_count=12, max_size=10\); the checkpoint is corrupt"),
-    "invalid JSON": (lambda p: (p / METADATA).write_text("{not json"), "metadata.json is not valid JSON"),
+        lambda p: _edit_metadata(
+            p, lambda m: m["sources"]["online"]["storage"].update(cursor=10), fix_checksum=True
+        ),
+        r"inconsistent ring \(len=10, cursor=10, write_count=12, max_size=10\); the checkpoint is corrupt",
+    ),
+    "invalid JSON": (
+        lambda p: (p / METADATA).write_text("{not json"),
+        "metadata.json is not valid JSON",
+    ),
     "missing metadata": (lambda p: (p / METADATA).unlink(), "metadata.json is missing"),
-    "missing checkpoint": (lambda p: shutil.rmtree(p), "no checkpoint at .*: the directory does not exist"),
-    "missing tensor file": (lambda p: _rows_file(p).unlink(), r"rows.bin is missing; the checkpoint is incomplete"),
-    "truncated tensor file": (_truncate, r"holds \d+ bytes, expected \d+ \(int64\[10, \d+\]\); the file is truncated"),
+    "missing checkpoint": (
+        lambda p: shutil.rmtree(p),
+        "no checkpoint at .*: the directory does not exist",
+    ),
+    "missing tensor file": (
+        lambda p: _rows_file(p).unlink(),
+        r"rows.bin is missing; the checkpoint is incomplete",
+    ),
+    "truncated tensor file": (
+        _truncate,
+        r"holds \d+ bytes, expected \d+ \(int64\[10, \d+\]\); the file is truncated",
+    ),
     "corrupt tensor file": (_flip_a_byte, "is corrupt: its CRC-32 is"),
     "malformed state": (
-        lambda p: _edit_metadata(p, lambda m: m["sources"]["online"].pop("storage"), fix_checksum=True),
-        "the checkpoint state is malformed \\(KeyError: 'storage'\\)"),
+        lambda p: _edit_metadata(
+            p, lambda m: m["sources"]["online"].pop("storage"), fix_checksum=True
+        ),
+        "the checkpoint state is malformed \\(KeyError: 'storage'\\)",
+    ),
 }
 
 
@@ -411,21 +501,49 @@ def _obs4_rows(start, n):
 
 
 MISFITS = {
-    "another capacity": (lambda: _o2o(11, None), None, r"max_size 10, this buffer's holds 11; build the buffer with the same capacity \(e.g. online_capacity=10\)"),
-    "another buffer kind": (lambda: _replay(10, None), None, "holds a OfflineToOnlineReplayBuffer, not a ReplayBuffer"),
+    "another capacity": (
+        lambda: _o2o(11, None),
+        None,
+        r"max_size 10, this buffer's holds 11; build the buffer with the same capacity \(e.g. online_capacity=10\)",
+    ),
+    "another buffer kind": (
+        lambda: _replay(10, None),
+        None,
+        "holds a OfflineToOnlineReplayBuffer, not a ReplayBuffer",
+    ),
     "another sampler": (
-        lambda: OfflineToOnlineReplayBuffer(OFFLINE, online_capacity=10, online_sampler=RandomSampler(replacement=False), generator=5),
-        None, r"sampler's settings differ \(replacement: saved None, buffer False\)"),
+        lambda: OfflineToOnlineReplayBuffer(
+            OFFLINE,
+            online_capacity=10,
+            online_sampler=RandomSampler(replacement=False),
+            generator=5,
+        ),
+        None,
+        r"sampler's settings differ \(replacement: saved None, buffer False\)",
+    ),
     "another schema in the buffer": (
         lambda: ReplayBuffer(storage=LazyTensorStorage(10), generator=3),
         lambda rb: rb.extend(_obs4_rows(0, 2)),
-        r"rows do not match this buffer's \('observation': buffer float32\[4\], checkpoint float32\[3\] \(shape\)\)"),
+        r"rows do not match this buffer's \('observation': buffer float32\[4\], checkpoint float32\[3\] \(shape\)\)",
+    ),
     "another offline dataset": (
-        lambda: OfflineToOnlineReplayBuffer(OfflineDataset.from_tensordict(id_rows(OFFLINE_BASE, 299)), online_capacity=10, generator=5),
-        None, r"offline source 'offline' is not the dataset this checkpoint was saved with .*fingerprint .* saved, .* given; 300 rows saved, 299 given.*allow_offline_mismatch=True"),
+        lambda: OfflineToOnlineReplayBuffer(
+            OfflineDataset.from_tensordict(id_rows(OFFLINE_BASE, 299)),
+            online_capacity=10,
+            generator=5,
+        ),
+        None,
+        r"offline source 'offline' is not the dataset this checkpoint was saved with .*fingerprint .* saved, .* given; 300 rows saved, 299 given.*allow_offline_mismatch=True",
+    ),
     "an offline dataset of another schema": (
-        lambda: OfflineToOnlineReplayBuffer(OfflineDataset.from_tensordict(_obs4_rows(OFFLINE_BASE, 300)), online_capacity=10, generator=5),
-        None, "offline source 'offline' is not the dataset"),
+        lambda: OfflineToOnlineReplayBuffer(
+            OfflineDataset.from_tensordict(_obs4_rows(OFFLINE_BASE, 300)),
+            online_capacity=10,
+            generator=5,
+        ),
+        None,
+        "offline source 'offline' is not the dataset",
+    ),
 }
 
 
@@ -446,7 +564,9 @@ def test_checkpoints_that_do_not_fit_the_buffer_are_refused(tmp_path, what):
 def test_offline_mismatch_can_be_overridden(tmp_path, caplog):
     path = _saved(tmp_path)
     other = OfflineDataset.from_tensordict(id_rows(OFFLINE_BASE + 1, 300))  # same shape, other rows
-    rb = OfflineToOnlineReplayBuffer(other, online_capacity=10, offline_fraction=0.3, batch_size=10, generator=5)
+    rb = OfflineToOnlineReplayBuffer(
+        other, online_capacity=10, offline_fraction=0.3, batch_size=10, generator=5
+    )
     with pytest.raises(CheckpointError, match="fingerprint"):
         rb.loads(path)
     rb.loads(path, allow_offline_mismatch=True)
@@ -469,7 +589,9 @@ def test_dumps_never_replaces_a_directory_that_is_not_a_checkpoint(tmp_path):
     precious.mkdir()
     (precious / "keep.txt").write_text("mine")
     rb = _o2o(10, None)
-    with pytest.raises(CheckpointError, match="exists and is not a mixreplay checkpoint; refusing to replace it"):
+    with pytest.raises(
+        CheckpointError, match="exists and is not a mixreplay checkpoint; refusing to replace it"
+    ):
         rb.dumps(precious)
     assert (precious / "keep.txt").read_text() == "mine"
 
@@ -491,7 +613,10 @@ def test_foreign_online_storages_cannot_be_saved(tmp_path):
             return 0 if self.data is None else self.data.batch_size[0]
 
     rb = OfflineToOnlineReplayBuffer(OFFLINE, online_storage=DictStorage())
-    with pytest.raises(CheckpointError, match="source 'online' keeps its rows in ForeignStorage.*checkpoints save mixreplay storages only"):
+    with pytest.raises(
+        CheckpointError,
+        match="source 'online' keeps its rows in ForeignStorage.*checkpoints save mixreplay storages only",
+    ):
         rb.dumps(tmp_path / "ck")
     assert not (tmp_path / "ck").exists() and os.listdir(tmp_path) == []
 
@@ -519,7 +644,7 @@ def test_an_interrupted_swap_is_recovered(tmp_path):
 
 
 ZYGOTE = textwrap.dedent(
-    r'''
+    r"""
     import os, sys, traceback
     import torch
     torch.set_num_threads(1)
@@ -558,7 +683,7 @@ ZYGOTE = textwrap.dedent(
         elif cmd == "wait":
             _, status = os.waitpid(int(args[0]), 0)
             print(status, flush=True)
-    '''
+    """
 )
 
 
@@ -588,7 +713,10 @@ def test_sigkill_at_random_moments_of_dumps_leaves_a_loadable_checkpoint(tmp_pat
     log = (tmp_path / "zygote.log").open("w+")
     zygote = subprocess.Popen(
         [sys.executable, "-c", ZYGOTE, str(path), str(capacity)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
     )
     rng = random.Random(0)
     last, interrupted = 0, 0
@@ -612,7 +740,9 @@ def test_sigkill_at_random_moments_of_dumps_leaves_a_loadable_checkpoint(tmp_pat
             written = storage.write_count
             assert written >= last and written % 997 == 0
             slots = torch.arange(len(storage))
-            newest = written - 1 - ((written - 1 - slots) % capacity)  # the last id written to each slot
+            newest = (
+                written - 1 - ((written - 1 - slots) % capacity)
+            )  # the last id written to each slot
             assert torch.equal(storage.column(("next", "reward")).squeeze(-1).long(), newest)
             last = written
     finally:
@@ -627,8 +757,9 @@ def test_sigkill_at_random_moments_of_dumps_leaves_a_loadable_checkpoint(tmp_pat
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_a_ring_on_the_gpu_resumes_exactly(tmp_path):
     def make():
-        return OfflineToOnlineReplayBuffer(OFFLINE, online_storage=LazyTensorStorage(9, device="cuda"),
-                                           batch_size=10, generator=5)
+        return OfflineToOnlineReplayBuffer(
+            OFFLINE, online_storage=LazyTensorStorage(9, device="cuda"), batch_size=10, generator=5
+        )
 
     a = make()
     a.extend(id_rows(0, 13))
@@ -664,5 +795,8 @@ def test_a_plain_buffer_as_offline_side_is_fingerprinted_by_its_rows(tmp_path):
     b.loads(tmp_path / "ck")
     assert_same(a.sample(), b.sample())
     offline.extend(id_rows(0, 1))  # the "offline" rows changed since the save
-    with pytest.raises(CheckpointError, match="offline source 'offline' is not the dataset .*300 rows saved, 301 given"):
+    with pytest.raises(
+        CheckpointError,
+        match="offline source 'offline' is not the dataset .*300 rows saved, 301 given",
+    ):
         make().loads(tmp_path / "ck")

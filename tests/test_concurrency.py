@@ -47,7 +47,11 @@ def id_rows(start: int, n: int) -> TensorDict:
             "observation": f.expand(n, 11).clone(),
             "action": f.expand(n, 3).clone(),
             "done": odd.clone(),
-            "next": {"observation": (f + 0.5).expand(n, 11).clone(), "reward": f.clone(), "done": odd.clone()},
+            "next": {
+                "observation": (f + 0.5).expand(n, 11).clone(),
+                "reward": f.clone(),
+                "done": odd.clone(),
+            },
         },
         batch_size=[n],
     )
@@ -56,14 +60,18 @@ def id_rows(start: int, n: int) -> TensorDict:
 OFFLINE = OfflineDataset.from_tensordict(id_rows(OFFLINE_BASE, 5000))
 
 
-def check_rows(batch, info, online_source: int | None, written_before: int, written_after: int) -> None:
+def check_rows(
+    batch, info, online_source: int | None, written_before: int, written_after: int
+) -> None:
     wid = batch["wid"]
     f = wid.to(torch.float32).unsqueeze(-1)
     for key in ("observation", "action", ("next", "reward")):
         assert bool((batch[key] == f).all()), f"torn row: {key} disagrees with wid"
     assert bool((batch["next", "observation"] == f + 0.5).all()), "torn row: next observation"
     odd = (wid % 2 == 1).unsqueeze(-1)
-    assert bool((batch["done"] == odd).all()) and bool((batch["next", "done"] == odd).all()), "torn row: flags"
+    assert bool((batch["done"] == odd).all()) and bool((batch["next", "done"] == odd).all()), (
+        "torn row: flags"
+    )
     index = info["index"]
     online = wid >= 0 if online_source is None else info["source"] == online_source
     offline = ~online
@@ -91,15 +99,24 @@ def run_collector(extend, errors: list, seed: int, written: list) -> None:
 
 
 def make(kind: str, tmp_path):
-    storage = LazyMemmapStorage(CAPACITY, scratch_dir=tmp_path) if "memmap" in kind else LazyTensorStorage(CAPACITY)
+    storage = (
+        LazyMemmapStorage(CAPACITY, scratch_dir=tmp_path)
+        if "memmap" in kind
+        else LazyTensorStorage(CAPACITY)
+    )
     sampler = PrioritizedSampler(alpha=0.6) if "prioritized" in kind else None
     if kind.startswith("replay"):
         return ReplayBuffer(storage=storage, sampler=sampler, generator=0)
     if kind.startswith("mixture"):
-        return MixtureReplayBuffer({"off": OFFLINE, "on": storage}, {"off": 1, "on": 3},
-                                   samplers={"on": sampler} if sampler else None, generator=0)
-    return OfflineToOnlineReplayBuffer(OFFLINE, online_storage=storage, online_sampler=sampler,
-                                       offline_fraction=0.25, generator=0)
+        return MixtureReplayBuffer(
+            {"off": OFFLINE, "on": storage},
+            {"off": 1, "on": 3},
+            samplers={"on": sampler} if sampler else None,
+            generator=0,
+        )
+    return OfflineToOnlineReplayBuffer(
+        OFFLINE, online_storage=storage, online_sampler=sampler, offline_fraction=0.25, generator=0
+    )
 
 
 KINDS = ["replay-memory", "replay-memmap", "o2o-memory", "o2o-memmap", "mixture-memory"]
@@ -163,7 +180,9 @@ def test_dumps_while_extending_saves_one_consistent_snapshot(tmp_path):
             storage = twin.online_buffer.storage
             written = storage.write_count
             slots = torch.arange(len(storage))
-            newest = written - 1 - ((written - 1 - slots) % CAPACITY)  # the last id written to each slot
+            newest = (
+                written - 1 - ((written - 1 - slots) % CAPACITY)
+            )  # the last id written to each slot
             assert torch.equal(storage.column("wid"), newest)
             saved += 1
     finally:
@@ -203,7 +222,9 @@ def test_samplers_are_told_of_a_write_before_anyone_draws_from_it(kind):
     if kind == "replay":
         rb = ReplayBuffer(storage=storage, sampler=auditor, generator=0)
     else:
-        rb = OfflineToOnlineReplayBuffer(OFFLINE, online_storage=storage, online_sampler=auditor, generator=0)
+        rb = OfflineToOnlineReplayBuffer(
+            OFFLINE, online_storage=storage, online_sampler=auditor, generator=0
+        )
     rb.extend(id_rows(0, 1))
     errors: list = []
     collector = threading.Thread(target=run_collector, args=(rb.extend, errors, 3, []))

@@ -41,7 +41,9 @@ def scribble(td) -> None:
 
 @pytest.fixture
 def memmap_dataset(tmp_path):
-    path = write_memmap_dataset(tmp_path / "ds", ted_rows(500, tag=7.0), episode_starts=[0, 100, 300])
+    path = write_memmap_dataset(
+        tmp_path / "ds", ted_rows(500, tag=7.0), episode_starts=[0, 100, 300]
+    )
     return path, load_memmap(path)
 
 
@@ -79,7 +81,9 @@ def test_writing_into_batches_never_reaches_a_memory_mapped_dataset(memmap_datas
         scribble(td)  # a transform that writes into its input in place
         return td
 
-    rb = OfflineToOnlineReplayBuffer(ds, online_capacity=100, batch_size=32, generator=0, transform=mutating_transform)
+    rb = OfflineToOnlineReplayBuffer(
+        ds, online_capacity=100, batch_size=32, generator=0, transform=mutating_transform
+    )
     rb.extend(ted_rows(50, tag=-3.0))
     everything_a_user_might_do(rb, ds, tmp_path)
     assert torch.equal(ds.storage.rows, rows_before)
@@ -91,15 +95,22 @@ def test_writing_into_batches_never_reaches_a_memory_mapped_dataset(memmap_datas
 def test_in_memory_datasets_and_mixtures_are_untouched_too(tmp_path):
     ds = OfflineDataset.from_tensordict(ted_rows(500, tag=7.0))
     before = ds.storage.rows.clone()
-    mix = MixtureReplayBuffer({"off": ds, "on": LazyTensorStorage(100)}, {"off": 1, "on": 1}, batch_size=32,
-                              generator=0, source_key="src")
+    mix = MixtureReplayBuffer(
+        {"off": ds, "on": LazyTensorStorage(100)},
+        {"off": 1, "on": 1},
+        batch_size=32,
+        generator=0,
+        source_key="src",
+    )
     mix.extend(ted_rows(40, tag=-3.0), source="on")
     everything_a_user_might_do(mix, ds, tmp_path)
     assert torch.equal(ds.storage.rows, before)
     assert _fingerprint_rows(ds.storage.rows) == ds.fingerprint
 
 
-@pytest.mark.skipif(PrioritizedSampler is None, reason="mixreplay.samplers.prioritized not importable yet")
+@pytest.mark.skipif(
+    PrioritizedSampler is None, reason="mixreplay.samplers.prioritized not importable yet"
+)
 def test_priority_updates_on_offline_rows_change_priorities_not_rows(memmap_dataset):
     path, _ = memmap_dataset
     ds = load_memmap(path, sampler=PrioritizedSampler(alpha=1.0))

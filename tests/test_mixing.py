@@ -25,8 +25,12 @@ def offline_dataset(n=200):
 
 def mixed(f=0.5, batch_size=64, online_rows=50, generator=0, **kw):
     rb = OfflineToOnlineReplayBuffer(
-        offline_dataset(), online_capacity=1000, offline_fraction=f, batch_size=batch_size,
-        generator=generator, **kw,
+        offline_dataset(),
+        online_capacity=1000,
+        offline_fraction=f,
+        batch_size=batch_size,
+        generator=generator,
+        **kw,
     )
     if online_rows:
         rb.extend(ted_rows(online_rows, tag=ONLINE_TAG))
@@ -125,20 +129,64 @@ def test_properties():
     [
         (dict(), ValueError, "pass online_capacity=N"),
         (dict(online_capacity=10, online_storage=LazyTensorStorage(10)), ValueError, "not both"),
-        (dict(online_capacity=10, offline_fraction=0.0), ValueError, r"offline_fraction must be in \(0, 1\) \(exclusive\), got 0.0"),
+        (
+            dict(online_capacity=10, offline_fraction=0.0),
+            ValueError,
+            r"offline_fraction must be in \(0, 1\) \(exclusive\), got 0.0",
+        ),
         (dict(online_capacity=10, offline_fraction=1.0), ValueError, r"must be in \(0, 1\)"),
-        (dict(online_capacity=10, offline_fraction=float("nan")), ValueError, "must be a finite number"),
-        (dict(online_capacity=10, offline_fraction=float("inf")), ValueError, "must be a finite number"),
-        (dict(online_capacity=10, offline_fraction="0.5"), TypeError, "offline_fraction must be a float, got str"),
-        (dict(online_capacity=0), ValueError, "online_capacity must be a positive number of rows, got 0"),
+        (
+            dict(online_capacity=10, offline_fraction=float("nan")),
+            ValueError,
+            "must be a finite number",
+        ),
+        (
+            dict(online_capacity=10, offline_fraction=float("inf")),
+            ValueError,
+            "must be a finite number",
+        ),
+        (
+            dict(online_capacity=10, offline_fraction="0.5"),
+            TypeError,
+            "offline_fraction must be a float, got str",
+        ),
+        (
+            dict(online_capacity=0),
+            ValueError,
+            "online_capacity must be a positive number of rows, got 0",
+        ),
         (dict(online_capacity=2.5), TypeError, "online_capacity must be an int, got float"),
-        (dict(online_capacity=10, batch_size=0), ValueError, "batch_size must be a positive int, got 0"),
-        (dict(online_capacity=10, batch_size=-4), ValueError, "batch_size must be a positive int, got -4"),
-        (dict(online_capacity=10, generator="seed"), TypeError, "generator must be a torch.Generator or an int seed"),
+        (
+            dict(online_capacity=10, batch_size=0),
+            ValueError,
+            "batch_size must be a positive int, got 0",
+        ),
+        (
+            dict(online_capacity=10, batch_size=-4),
+            ValueError,
+            "batch_size must be a positive int, got -4",
+        ),
+        (
+            dict(online_capacity=10, generator="seed"),
+            TypeError,
+            "generator must be a torch.Generator or an int seed",
+        ),
         (dict(online_capacity=10, transform=3), TypeError, "transform must be callable"),
-        (dict(online_capacity=10, root="/data"), TypeError, r"unexpected keyword arguments \['root'\]"),
-        (dict(online_capacity=10, online_sampler="uniform"), TypeError, "sampler must be a mixreplay Sampler"),
-        (dict(online_storage=[1, 2]), TypeError, "storage must be a mixreplay storage .* or a TorchRL Storage, got list"),
+        (
+            dict(online_capacity=10, root="/data"),
+            TypeError,
+            r"unexpected keyword arguments \['root'\]",
+        ),
+        (
+            dict(online_capacity=10, online_sampler="uniform"),
+            TypeError,
+            "sampler must be a mixreplay Sampler",
+        ),
+        (
+            dict(online_storage=[1, 2]),
+            TypeError,
+            "storage must be a mixreplay storage .* or a TorchRL Storage, got list",
+        ),
     ],
 )
 def test_construction_errors(kwargs, err, match):
@@ -147,7 +195,9 @@ def test_construction_errors(kwargs, err, match):
 
 
 def test_offline_must_be_a_source_with_rows():
-    with pytest.raises(TypeError, match="source 'offline' must be a mixreplay ReplayBuffer .* got int"):
+    with pytest.raises(
+        TypeError, match="source 'offline' must be a mixreplay ReplayBuffer .* got int"
+    ):
         OfflineToOnlineReplayBuffer(5, online_capacity=10)
     empty = ReplayBuffer(storage=LazyTensorStorage(10))
     with pytest.raises(ValueError, match="the offline dataset .* holds no rows"):
@@ -189,7 +239,9 @@ def test_schema_mismatch_names_every_key_and_writes_nothing():
 def test_float64_offline_is_never_upcast_silently():
     off = OfflineDataset.from_tensordict(ted_rows(50).double())
     rb = OfflineToOnlineReplayBuffer(off, online_capacity=10, batch_size=8)
-    with pytest.raises(SchemaMismatchError, match=r"'observation': offline float64\[3\], online float32\[3\]"):
+    with pytest.raises(
+        SchemaMismatchError, match=r"'observation': offline float64\[3\], online float32\[3\]"
+    ):
         rb.extend(ted_rows(4))
 
 
@@ -202,7 +254,9 @@ def test_later_writes_are_checked_against_the_first():
 def test_bookkeeping_index_key_does_not_break_mixing():
     off_td = ted_rows(100, tag=OFFLINE_TAG)
     off_td["index"] = torch.arange(100)  # what TorchRL datasets add
-    rb = OfflineToOnlineReplayBuffer(OfflineDataset.from_tensordict(off_td), online_capacity=50, batch_size=20, generator=0)
+    rb = OfflineToOnlineReplayBuffer(
+        OfflineDataset.from_tensordict(off_td), online_capacity=50, batch_size=20, generator=0
+    )
     rb.extend(ted_rows(10, tag=ONLINE_TAG))
     batch = rb.sample()
     assert "index" not in batch.keys()
@@ -219,7 +273,9 @@ def test_same_seed_same_batches_and_global_rng_untouched():
         assert torch.equal(x["next", "reward"], y["next", "reward"])
     assert torch.equal(torch.get_rng_state(), state)
     c = mixed(generator=124)
-    assert not torch.equal(c.sample()["next", "reward"], mixed(generator=123).sample()["next", "reward"])
+    assert not torch.equal(
+        c.sample()["next", "reward"], mixed(generator=123).sample()["next", "reward"]
+    )
 
 
 def test_offline_rows_drawn_uniformly():
@@ -259,15 +315,21 @@ def test_transform_is_applied_last():
 
 def test_empty_everywhere_raises():
     rb = OfflineToOnlineReplayBuffer(offline_dataset(), online_capacity=10)
-    rb._sources[0] = ReplayBuffer(storage=LazyTensorStorage(3))  # an offline side emptied behind our back
+    rb._sources[0] = ReplayBuffer(
+        storage=LazyTensorStorage(3)
+    )  # an offline side emptied behind our back
     with pytest.raises(EmptyBufferError, match="every source is empty"):
         rb.sample(4)
 
 
 @pytest.mark.parametrize("kind", ["memory", "memmap"])
 def test_online_storage_variants(kind, tmp_path):
-    storage = LazyTensorStorage(100) if kind == "memory" else LazyMemmapStorage(100, scratch_dir=tmp_path)
-    rb = OfflineToOnlineReplayBuffer(offline_dataset(), online_storage=storage, batch_size=30, offline_fraction=0.3, generator=0)
+    storage = (
+        LazyTensorStorage(100) if kind == "memory" else LazyMemmapStorage(100, scratch_dir=tmp_path)
+    )
+    rb = OfflineToOnlineReplayBuffer(
+        offline_dataset(), online_storage=storage, batch_size=30, offline_fraction=0.3, generator=0
+    )
     rb.extend(ted_rows(40, tag=ONLINE_TAG))
     assert (tags(rb.sample()) == OFFLINE_TAG).sum() == 9
     assert rb.online_buffer.storage is storage
@@ -276,7 +338,9 @@ def test_online_storage_variants(kind, tmp_path):
 def test_offline_side_can_be_any_native_buffer():
     off = ReplayBuffer(storage=LazyMemmapStorage(300))
     off.extend(ted_rows(300, tag=OFFLINE_TAG))
-    rb = OfflineToOnlineReplayBuffer(off, online_capacity=50, offline_fraction=0.75, batch_size=8, generator=0)
+    rb = OfflineToOnlineReplayBuffer(
+        off, online_capacity=50, offline_fraction=0.75, batch_size=8, generator=0
+    )
     rb.extend(ted_rows(10, tag=ONLINE_TAG))
     assert tags(rb.sample()).tolist() == [OFFLINE_TAG] * 6 + [ONLINE_TAG] * 2
 
@@ -286,7 +350,9 @@ def test_return_info_labels_sources_and_rows():
     batch, info = rb.sample(return_info=True)
     assert info["source"].tolist() == [0] * 5 + [1] * 5
     rewards = batch["next", "reward"].squeeze(-1)
-    assert torch.equal(rewards, info["index"].float())  # reward encodes the row number in both sources
+    assert torch.equal(
+        rewards, info["index"].float()
+    )  # reward encodes the row number in both sources
     assert "weight" not in info.keys()
 
 

@@ -32,7 +32,9 @@ def test_priority_updates_land_only_in_their_source():
     prio_a, prio_c = PrioritizedSampler(alpha=1.0), PrioritizedSampler(alpha=1.0)
     mix = MixtureReplayBuffer(
         {"a": LazyTensorStorage(20), "b": LazyTensorStorage(20), "c": LazyTensorStorage(20)},
-        {"a": 1, "b": 1, "c": 1}, samplers={"a": prio_a, "c": prio_c}, generator=0,
+        {"a": 1, "b": 1, "c": 1},
+        samplers={"a": prio_a, "c": prio_c},
+        generator=0,
     )
     for i, name in enumerate("abc"):
         mix.extend(ted_rows(20, tag=float(i)), source=name)
@@ -50,17 +52,24 @@ def test_priority_updates_land_only_in_their_source():
         want = torch.tensor([expected[i] for i in info["index"][rows].tolist()]) + sampler.eps
         assert torch.allclose(got.double(), want.double(), rtol=1e-5)
     untouched = set(range(20)) - set(info["index"][info["source"] == 0].tolist())
-    assert torch.allclose(prio_a.tree.get(torch.tensor(sorted(untouched))).double(), torch.ones(len(untouched), dtype=torch.float64))
+    assert torch.allclose(
+        prio_a.tree.get(torch.tensor(sorted(untouched))).double(),
+        torch.ones(len(untouched), dtype=torch.float64),
+    )
 
 
 def test_prioritized_online_side_of_offline_to_online():
     off = OfflineDataset.from_tensordict(ted_rows(50, tag=0.0))
     prio = PrioritizedSampler(alpha=1.0, beta=1.0)
-    rb = OfflineToOnlineReplayBuffer(off, online_capacity=10, online_sampler=prio, generator=0, batch_size=20)
+    rb = OfflineToOnlineReplayBuffer(
+        off, online_capacity=10, online_sampler=prio, generator=0, batch_size=20
+    )
     rb.extend(ted_rows(10, tag=1.0))
     _, info = rb.sample(return_info=True)
     priority = torch.zeros(20)
-    priority[info["source"] == 1] = torch.where(info["index"][info["source"] == 1] == 3, 1000.0, 1e-3)
+    priority[info["source"] == 1] = torch.where(
+        info["index"][info["source"] == 1] == 3, 1000.0, 1e-3
+    )
     rb.update_priority(info, priority)
     batch, info = rb.sample(return_info=True)
     online_rewards = batch["next", "reward"][10:].squeeze(-1)
@@ -74,7 +83,10 @@ def test_update_priority_errors():
     _, info = rb.sample(4, return_info=True)
     with pytest.raises(ValueError, match="priority has 3 entries for a batch of 4 rows"):
         rb.update_priority(info, torch.ones(3))
-    with pytest.raises(TypeError, match=r"update_priority expects the info TensorDict from sample\(..., return_info=True\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"update_priority expects the info TensorDict from sample\(..., return_info=True\)",
+    ):
         rb.update_priority(torch.arange(4), torch.ones(4))
     rb.update_priority(info, torch.ones(4))  # uniform sources: ignored, no error
 
@@ -83,8 +95,14 @@ def test_update_priority_errors():
 def test_slices_split_in_whole_slices(f, B, L):
     off = ReplayBuffer(storage=LazyTensorStorage(400), sampler=SliceSampler(L))
     off.extend(episodes(10, 40, tag=0.0))
-    rb = OfflineToOnlineReplayBuffer(off, online_capacity=300, offline_fraction=f,
-                                     online_sampler=SliceSampler(L), generator=0, source_key="src")
+    rb = OfflineToOnlineReplayBuffer(
+        off,
+        online_capacity=300,
+        offline_fraction=f,
+        online_sampler=SliceSampler(L),
+        generator=0,
+        source_key="src",
+    )
     rb.extend(episodes(6, 50, tag=1.0))
     batch = rb.sample(B)
     n_off = round(f * B / L) * L
@@ -102,7 +120,9 @@ def test_slices_need_a_multiple_of_slice_len():
     rb = OfflineToOnlineReplayBuffer(off, online_capacity=10, online_sampler=SliceSampler(8))
     with pytest.raises(ValueError, match="batch_size 100 is not a multiple of slice_len 8"):
         rb.sample(100)
-    mixed_units = OfflineToOnlineReplayBuffer(off, online_capacity=10, online_sampler=SliceSampler(4))
+    mixed_units = OfflineToOnlineReplayBuffer(
+        off, online_capacity=10, online_sampler=SliceSampler(4)
+    )
     with pytest.raises(ValueError, match=r"different slice lengths \[4, 8\]"):
         mixed_units.sample(64)
 
@@ -120,11 +140,18 @@ def test_online_slices_never_cross_a_boundary_or_the_ring_cursor(lengths, chunks
     total = ep.numel()
     stream = episodes(1, total, tag=1.0)
     stream["ep"], stream["t"] = ep, t
-    stream["next", "done"] = torch.cat([t[1:] == 0, torch.tensor([False])]).unsqueeze(-1)  # last episode in progress
-    stream["next", "reward"] = torch.arange(total, dtype=torch.float32).unsqueeze(-1)  # global write order
+    stream["next", "done"] = torch.cat([t[1:] == 0, torch.tensor([False])]).unsqueeze(
+        -1
+    )  # last episode in progress
+    stream["next", "reward"] = torch.arange(total, dtype=torch.float32).unsqueeze(
+        -1
+    )  # global write order
     rb = OfflineToOnlineReplayBuffer(
-        OfflineDataset.from_tensordict(episodes(3, 20, tag=0.0)), online_capacity=24,
-        online_sampler=SliceSampler(4), offline_fraction=0.25, generator=seed,
+        OfflineDataset.from_tensordict(episodes(3, 20, tag=0.0)),
+        online_capacity=24,
+        online_sampler=SliceSampler(4),
+        offline_fraction=0.25,
+        generator=seed,
     )
     pos = 0
     for n in chunks:
@@ -146,7 +173,13 @@ def test_reproducible_with_priorities_and_slices():
     def build():
         off = ReplayBuffer(storage=LazyTensorStorage(400), sampler=SliceSampler(4))
         off.extend(episodes(10, 40, tag=0.0))
-        rb = OfflineToOnlineReplayBuffer(off, online_capacity=200, online_sampler=PrioritizedSampler(), generator=5, batch_size=64)
+        rb = OfflineToOnlineReplayBuffer(
+            off,
+            online_capacity=200,
+            online_sampler=PrioritizedSampler(),
+            generator=5,
+            batch_size=64,
+        )
         rb.extend(episodes(5, 40, tag=1.0))
         return rb
 
@@ -154,10 +187,18 @@ def test_reproducible_with_priorities_and_slices():
     x, y = build(), build()
     bx, by = x.sample(), y.sample()
     assert torch.equal(bx["t"], by["t"]) and (bx["t"][:32].view(-1, 4).diff(dim=1) == 1).all()
-    a = OfflineToOnlineReplayBuffer(OfflineDataset.from_tensordict(ted_rows(100)), online_capacity=50,
-                                    online_sampler=PrioritizedSampler(), generator=9)
-    b = OfflineToOnlineReplayBuffer(OfflineDataset.from_tensordict(ted_rows(100)), online_capacity=50,
-                                    online_sampler=PrioritizedSampler(), generator=9)
+    a = OfflineToOnlineReplayBuffer(
+        OfflineDataset.from_tensordict(ted_rows(100)),
+        online_capacity=50,
+        online_sampler=PrioritizedSampler(),
+        generator=9,
+    )
+    b = OfflineToOnlineReplayBuffer(
+        OfflineDataset.from_tensordict(ted_rows(100)),
+        online_capacity=50,
+        online_sampler=PrioritizedSampler(),
+        generator=9,
+    )
     for rb in (a, b):
         rb.extend(ted_rows(50, tag=1.0))
     for _ in range(5):

@@ -21,7 +21,11 @@ from tests.conftest import ted_rows
 def three_way(fractions=None, rows=(30, 30, 30), **kw):
     fractions = fractions or {"a": 0.5, "b": 0.3, "c": 0.2}
     mix = MixtureReplayBuffer(
-        {name: LazyTensorStorage(100) for name in fractions}, fractions, generator=0, source_key="src", **kw
+        {name: LazyTensorStorage(100) for name in fractions},
+        fractions,
+        generator=0,
+        source_key="src",
+        **kw,
     )
     for i, (name, n) in enumerate(zip(fractions, rows)):
         if n:
@@ -37,16 +41,25 @@ def test_counts_match_split_counts_and_rows_carry_their_source(b, w):
     batch = mix.sample(b)
     counts = torch.bincount(batch["src"], minlength=3).tolist()
     assert counts == split_counts(b, w)
-    assert torch.equal(batch["action"][:, 0], batch["src"].float())  # source i was filled with the value i
+    assert torch.equal(
+        batch["action"][:, 0], batch["src"].float()
+    )  # source i was filled with the value i
     assert (batch["src"].diff() >= 0).all()  # sources in order
 
 
 def test_two_source_mixture_agrees_with_offline_to_online():
     off = OfflineDataset.from_tensordict(ted_rows(100, tag=0.0))
     for f in [0.1, 0.25, 0.3, 0.5, 0.77]:
-        o2o = OfflineToOnlineReplayBuffer(off, online_capacity=50, offline_fraction=f, generator=0, source_key="s")
+        o2o = OfflineToOnlineReplayBuffer(
+            off, online_capacity=50, offline_fraction=f, generator=0, source_key="s"
+        )
         o2o.extend(ted_rows(20, tag=1.0))
-        mix = MixtureReplayBuffer({"offline": off, "online": LazyTensorStorage(50)}, {"offline": f, "online": 1 - f}, generator=0, source_key="s")
+        mix = MixtureReplayBuffer(
+            {"offline": off, "online": LazyTensorStorage(50)},
+            {"offline": f, "online": 1 - f},
+            generator=0,
+            source_key="s",
+        )
         mix.extend(ted_rows(20, tag=1.0), source="online")
         for b in [1, 5, 77, 256]:
             assert torch.equal(o2o.sample(b)["s"], mix.sample(b)["s"])
@@ -74,7 +87,9 @@ def test_any_buffer_as_source_and_samplers_for_storages():
     rb.extend(ted_rows(10, tag=0.0))
     from mixreplay import RandomSampler
 
-    mix = MixtureReplayBuffer({"a": rb, "b": LazyTensorStorage(10)}, {"a": 1, "b": 1}, samplers={"b": RandomSampler()})
+    mix = MixtureReplayBuffer(
+        {"a": rb, "b": LazyTensorStorage(10)}, {"a": 1, "b": 1}, samplers={"b": RandomSampler()}
+    )
     mix.extend(ted_rows(10, tag=1.0), source="b")
     assert mix.source("a") is rb
     assert mix.sample(4)["action"][:, 0].tolist() == [0.0, 0.0, 1.0, 1.0]
@@ -92,11 +107,35 @@ def test_return_info():
     [
         ({}, {}, {}, TypeError, "sources must be a non-empty mapping"),
         ({"a": LazyTensorStorage(4)}, [0.5], {}, TypeError, "fractions must be a mapping"),
-        ({"a": LazyTensorStorage(4)}, {"b": 1.0}, {}, ValueError, r"fractions must name exactly the sources: sources \['a'\], fractions \['b'\]"),
-        ({"a": LazyTensorStorage(4)}, {"a": -1.0}, {}, ValueError, r"fractions\['a'\] must be finite and >= 0, got -1.0"),
+        (
+            {"a": LazyTensorStorage(4)},
+            {"b": 1.0},
+            {},
+            ValueError,
+            r"fractions must name exactly the sources: sources \['a'\], fractions \['b'\]",
+        ),
+        (
+            {"a": LazyTensorStorage(4)},
+            {"a": -1.0},
+            {},
+            ValueError,
+            r"fractions\['a'\] must be finite and >= 0, got -1.0",
+        ),
         ({"a": LazyTensorStorage(4)}, {"a": float("nan")}, {}, ValueError, "must be finite"),
-        ({"a": LazyTensorStorage(4), "b": LazyTensorStorage(4)}, {"a": 0, "b": 0}, {}, ValueError, "fractions sum to 0"),
-        ({"a": LazyTensorStorage(4)}, {"a": 1.0}, {"samplers": {"z": None}}, ValueError, r"samplers name unknown sources \['z'\]"),
+        (
+            {"a": LazyTensorStorage(4), "b": LazyTensorStorage(4)},
+            {"a": 0, "b": 0},
+            {},
+            ValueError,
+            "fractions sum to 0",
+        ),
+        (
+            {"a": LazyTensorStorage(4)},
+            {"a": 1.0},
+            {"samplers": {"z": None}},
+            ValueError,
+            r"samplers name unknown sources \['z'\]",
+        ),
         ({"a": 3}, {"a": 1.0}, {}, TypeError, "source 'a' must be a mixreplay ReplayBuffer"),
     ],
 )
@@ -129,6 +168,9 @@ def test_all_empty_raises():
 
 def test_repr_and_reproducibility():
     a, b = three_way(), three_way()
-    assert repr(a) == "MixtureReplayBuffer(a: 30 rows @ 0.500, b: 30 rows @ 0.300, c: 30 rows @ 0.200, batch_size=None)"
+    assert (
+        repr(a)
+        == "MixtureReplayBuffer(a: 30 rows @ 0.500, b: 30 rows @ 0.300, c: 30 rows @ 0.200, batch_size=None)"
+    )
     for _ in range(3):
         assert torch.equal(a.sample(50)["observation"], b.sample(50)["observation"])

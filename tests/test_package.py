@@ -18,12 +18,36 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 def test_exported_members_are_sorted_and_pinned():
     assert mixreplay.__all__ == sorted(mixreplay.__all__)
     assert set(mixreplay.__all__) == {
-        "BufferActorError", "CheckpointError", "DatasetError", "DatasetNotFoundError", "EmptyBufferError", "Field",
-        "FrozenStorage", "LazyMemmapStorage", "LazyTensorStorage", "MissingDependencyError",
-        "MixreplayError", "MixtureReplayBuffer", "OfflineDataset", "OfflineToOnlineReplayBuffer",
-        "PrioritizedSampler", "RandomSampler", "ReadOnlyError", "ReplayBuffer", "Sampler",
-        "SamplerWithoutReplacement", "Schema", "SchemaMismatchError", "SliceSampler", "TensorStorage", "__version__", "list_prefixes", "load_dataset", "prefill_replay_buffer",
-        "register_dataset", "split_counts",
+        "BufferActorError",
+        "CheckpointError",
+        "DatasetError",
+        "DatasetNotFoundError",
+        "EmptyBufferError",
+        "Field",
+        "FrozenStorage",
+        "LazyMemmapStorage",
+        "LazyTensorStorage",
+        "MissingDependencyError",
+        "MixreplayError",
+        "MixtureReplayBuffer",
+        "OfflineDataset",
+        "OfflineToOnlineReplayBuffer",
+        "PrioritizedSampler",
+        "RandomSampler",
+        "ReadOnlyError",
+        "ReplayBuffer",
+        "Sampler",
+        "SamplerWithoutReplacement",
+        "Schema",
+        "SchemaMismatchError",
+        "SliceSampler",
+        "TensorStorage",
+        "__version__",
+        "list_prefixes",
+        "load_dataset",
+        "prefill_replay_buffer",
+        "register_dataset",
+        "split_counts",
     }
     for name in mixreplay.__all__:
         assert hasattr(mixreplay, name), name
@@ -67,7 +91,11 @@ def test_every_public_class_has_an_example():
     missing = []
     for name in mixreplay.__all__:
         obj = getattr(mixreplay, name)
-        if isinstance(obj, type) and not issubclass(obj, Exception) and ">>>" not in (obj.__doc__ or ""):
+        if (
+            isinstance(obj, type)
+            and not issubclass(obj, Exception)
+            and ">>>" not in (obj.__doc__ or "")
+        ):
             missing.append(name)
     assert missing == []
 

@@ -37,8 +37,13 @@ def no_thread_left():
 
 
 def make_rb(prefetch, sampler=None, n=50):
-    rb = ReplayBuffer(storage=LazyTensorStorage(1000), batch_size=8, generator=123,
-                      prefetch=prefetch, sampler=sampler)
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(1000),
+        batch_size=8,
+        generator=123,
+        prefetch=prefetch,
+        sampler=sampler,
+    )
     rb.extend(rows(n))
     return rb
 
@@ -51,8 +56,11 @@ def xs(batches):
 @pytest.mark.parametrize("kind", ["random", "without", "prioritized"])
 def test_prefetched_batches_equal_the_synchronous_sequence(depth, kind):
     def sampler():
-        return {"random": None, "without": SamplerWithoutReplacement(),
-                "prioritized": PrioritizedSampler()}[kind]
+        return {
+            "random": None,
+            "without": SamplerWithoutReplacement(),
+            "prioritized": PrioritizedSampler(),
+        }[kind]
 
     with make_rb(None, sampler()) as plain, make_rb(depth, sampler()) as ahead:
         assert xs(plain.sample() for _ in range(20)) == xs(ahead.sample() for _ in range(20))
@@ -99,8 +107,9 @@ def test_error_in_the_thread_surfaces_in_sample_and_leaves_the_sequence():
         return batch
 
     plain = ReplayBuffer(storage=LazyTensorStorage(100), batch_size=4, generator=5)
-    ahead = ReplayBuffer(storage=LazyTensorStorage(100), batch_size=4, generator=5, prefetch=2,
-                         transform=flaky)
+    ahead = ReplayBuffer(
+        storage=LazyTensorStorage(100), batch_size=4, generator=5, prefetch=2, transform=flaky
+    )
     plain.extend(rows(30))
     ahead.extend(rows(30))
     got = [ahead.sample()["x"].tolist(), ahead.sample()["x"].tolist()]
@@ -186,7 +195,9 @@ def test_pin_memory_without_cuda_is_refused():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_pin_memory_returns_pinned_batches():
-    with ReplayBuffer(storage=LazyTensorStorage(100), batch_size=4, pin_memory=True, prefetch=2) as rb:
+    with ReplayBuffer(
+        storage=LazyTensorStorage(100), batch_size=4, pin_memory=True, prefetch=2
+    ) as rb:
         rb.extend(rows(10))
         batch = rb.sample()
         assert all(v.is_pinned() for v in batch.values(True, True))
@@ -198,8 +209,15 @@ def test_pin_memory_returns_pinned_batches():
 def make_o2o(prefetch, fraction=0.5):
     offline = ReplayBuffer(storage=LazyTensorStorage(100))
     offline.extend(rows(40))
-    rb = OfflineToOnlineReplayBuffer(offline, online_capacity=100, offline_fraction=fraction,
-                                     batch_size=10, generator=7, prefetch=prefetch, source_key="src")
+    rb = OfflineToOnlineReplayBuffer(
+        offline,
+        online_capacity=100,
+        offline_fraction=fraction,
+        batch_size=10,
+        generator=7,
+        prefetch=prefetch,
+        source_key="src",
+    )
     rb.extend(rows(20, 500))
     return rb
 
@@ -239,8 +257,13 @@ def test_anneal_that_changes_the_split_redraws_the_queue():
 
 def test_mixture_prefetch_and_checkpoint(tmp_path):
     def make(prefetch):
-        mix = MixtureReplayBuffer({"a": LazyTensorStorage(50), "b": LazyTensorStorage(50)},
-                                  {"a": 0.3, "b": 0.7}, batch_size=10, generator=3, prefetch=prefetch)
+        mix = MixtureReplayBuffer(
+            {"a": LazyTensorStorage(50), "b": LazyTensorStorage(50)},
+            {"a": 0.3, "b": 0.7},
+            batch_size=10,
+            generator=3,
+            prefetch=prefetch,
+        )
         mix.extend(rows(20), source="a")
         mix.extend(rows(20, 100), source="b")
         return mix
@@ -249,8 +272,11 @@ def test_mixture_prefetch_and_checkpoint(tmp_path):
     assert xs(plain.sample() for _ in range(3)) == xs(ahead.sample() for _ in range(3))
     ahead.dumps(tmp_path / "mix")
     twin.loads(tmp_path / "mix")
-    assert xs(twin.sample() for _ in range(4)) == xs(ahead.sample() for _ in range(4)) == xs(
-        plain.sample() for _ in range(4))
+    assert (
+        xs(twin.sample() for _ in range(4))
+        == xs(ahead.sample() for _ in range(4))
+        == xs(plain.sample() for _ in range(4))
+    )
     assert ahead.write_count == 40
     ahead.close()
 
@@ -269,8 +295,11 @@ _op = st.one_of(
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(depth=st.integers(1, 4), ops=st.lists(_op, min_size=1, max_size=12),
-       kind=st.sampled_from(["random", "without"]))
+@given(
+    depth=st.integers(1, 4),
+    ops=st.lists(_op, min_size=1, max_size=12),
+    kind=st.sampled_from(["random", "without"]),
+)
 def test_any_sequence_of_reads_matches_the_synchronous_buffer(depth, ops, kind):
     def make(prefetch):
         sampler = SamplerWithoutReplacement() if kind == "without" else None
@@ -283,11 +312,14 @@ def test_any_sequence_of_reads_matches_the_synchronous_buffer(depth, ops, kind):
                 assert plain.sample(arg)["x"].tolist() == ahead.sample(arg)["x"].tolist()
             elif op == "state_dict":
                 sp, sa = plain.state_dict(), ahead.state_dict()
-                assert torch.equal(sp["generators"]["main"]["state"], sa["generators"]["main"]["state"])
+                assert torch.equal(
+                    sp["generators"]["main"]["state"], sa["generators"]["main"]["state"]
+                )
             else:
                 # the first three batches of an iteration (fewer when an epoch ends first)
                 assert [b["x"].tolist() for b, _ in zip(plain, range(3))] == [
-                    b["x"].tolist() for b, _ in zip(ahead, range(3))]
+                    b["x"].tolist() for b, _ in zip(ahead, range(3))
+                ]
     finally:
         ahead.close()
 

@@ -20,19 +20,27 @@ def rewards(rb):
 
 
 def test_full_copy_is_every_row_once_in_order():
-    rb = prefill_replay_buffer(ReplayBuffer(storage=LazyTensorStorage(2000)), dataset(), chunk_size=64)
+    rb = prefill_replay_buffer(
+        ReplayBuffer(storage=LazyTensorStorage(2000)), dataset(), chunk_size=64
+    )
     assert rewards(rb).tolist() == [float(i) for i in range(1000)]
 
 
 def test_subset_is_distinct_and_seeded():
-    a = prefill_replay_buffer(ReplayBuffer(storage=LazyTensorStorage(2000)), dataset(), n_samples=600, generator=3)
-    b = prefill_replay_buffer(ReplayBuffer(storage=LazyTensorStorage(2000)), dataset(), n_samples=600, generator=3)
+    a = prefill_replay_buffer(
+        ReplayBuffer(storage=LazyTensorStorage(2000)), dataset(), n_samples=600, generator=3
+    )
+    b = prefill_replay_buffer(
+        ReplayBuffer(storage=LazyTensorStorage(2000)), dataset(), n_samples=600, generator=3
+    )
     assert len(a) == 600 and rewards(a).unique().numel() == 600
     assert torch.equal(rewards(a), rewards(b))
 
 
 def test_n_samples_above_size_copies_everything():
-    rb = prefill_replay_buffer(ReplayBuffer(storage=LazyTensorStorage(2000)), dataset(100), n_samples=10_000)
+    rb = prefill_replay_buffer(
+        ReplayBuffer(storage=LazyTensorStorage(2000)), dataset(100), n_samples=10_000
+    )
     assert len(rb) == 100
 
 

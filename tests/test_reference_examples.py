@@ -2,7 +2,7 @@
 
 import doctest
 
-REFERENCE_BUFFER = '''
+REFERENCE_BUFFER = """
 >>> import torch
 >>> from tensordict import TensorDict
 >>> from mixreplay import (
@@ -18,9 +18,9 @@ REFERENCE_BUFFER = '''
 >>> _ = rb.extend(TensorDict({"observation": torch.randn(10, 4)}, [10]))
 >>> rb.sample(32).batch_size
 torch.Size([32])
-'''
+"""
 
-REFERENCE_PREFILL = '''
+REFERENCE_PREFILL = """
 >>> import torch
 >>> from tensordict import TensorDict
 >>> from mixreplay import ReplayBuffer, LazyTensorStorage
@@ -32,7 +32,7 @@ REFERENCE_PREFILL = '''
 >>> _ = prefill_replay_buffer(online_rb, dataset, n_samples=200)
 >>> len(online_rb)
 200
-'''
+"""
 
 
 def _run(text: str) -> doctest.TestResults:

@@ -22,7 +22,9 @@ def test_register_and_route_kwargs():
 
 def test_reregistering_needs_replace():
     register_dataset("reg-twice", lambda rest: None, replace=True)
-    with pytest.raises(ValueError, match="dataset prefix 'reg-twice' is already registered; pass replace=True"):
+    with pytest.raises(
+        ValueError, match="dataset prefix 'reg-twice' is already registered; pass replace=True"
+    ):
         register_dataset("reg-twice", lambda rest: None)
     with pytest.raises(ValueError, match="'minari' is already registered"):
         register_dataset("minari", lambda rest: None)
@@ -31,7 +33,11 @@ def test_reregistering_needs_replace():
 @pytest.mark.parametrize(
     "dataset_id, err, match",
     [
-        ("hopper-medium-v2", ValueError, r"has no prefix; write it as '<prefix>:<name>' with a prefix among .*d4rl.*memmap.*minari"),
+        (
+            "hopper-medium-v2",
+            ValueError,
+            r"has no prefix; write it as '<prefix>:<name>' with a prefix among .*d4rl.*memmap.*minari",
+        ),
         ("nope:hopper", ValueError, r"unknown dataset prefix 'nope'; known prefixes: .*d4rl"),
         (":x", ValueError, "has no prefix"),
         (3, TypeError, "dataset_id must be a string"),

@@ -61,8 +61,13 @@ def test_schedules_are_pure(s, t):
     assert s(t) == s(t) == pickle.loads(pickle.dumps(s))(t)
 
 
-@given(kind=st.sampled_from([Linear, Cosine, Exponential]), a=unit, b=unit, n=ramp_steps,
-       ts=st.lists(step, min_size=2, max_size=20))
+@given(
+    kind=st.sampled_from([Linear, Cosine, Exponential]),
+    a=unit,
+    b=unit,
+    n=ramp_steps,
+    ts=st.lists(step, min_size=2, max_size=20),
+)
 def test_ramps_are_monotone_between_start_and_end(kind, a, b, n, ts):
     s = kind(a, b, n)
     values = [s(t) for t in sorted(ts)]
@@ -75,8 +80,13 @@ def test_ramps_are_monotone_between_start_and_end(kind, a, b, n, ts):
         assert all(x >= y for x, y in pairs)
 
 
-@given(kind=st.sampled_from([Linear, Cosine, Exponential]), a=unit, b=unit, n=ramp_steps,
-       extra=st.integers(0, 10**6))
+@given(
+    kind=st.sampled_from([Linear, Cosine, Exponential]),
+    a=unit,
+    b=unit,
+    n=ramp_steps,
+    extra=st.integers(0, 10**6),
+)
 def test_ramps_start_and_end_exactly(kind, a, b, n, extra):
     s = kind(a, b, n)
     assert s(n + extra) == b
@@ -121,14 +131,14 @@ def test_exponential_decays_to_floor_then_exactly_zero():
     s = Exponential(0.5, 0.0, 100, floor=0.005)
     assert s(0) == 0.5
     assert s(50) == pytest.approx(0.05)
-    assert s(99) == pytest.approx(0.5 * 0.01 ** 0.99)
+    assert s(99) == pytest.approx(0.5 * 0.01**0.99)
     assert s(100) == s(10**6) == 0.0
 
 
 def test_exponential_rises_from_exactly_zero():
     s = Exponential(0.0, 0.5, 100, floor=0.005)
     assert s(0) == 0.0
-    assert s(1) == pytest.approx(0.005 * 100 ** 0.01)
+    assert s(1) == pytest.approx(0.005 * 100**0.01)
     assert s(50) == pytest.approx(0.05)
     assert s(100) == 0.5
 
@@ -168,7 +178,9 @@ def test_proportional_accepts_numpy_and_torch_counts():
 def test_proportional_errors():
     with pytest.raises(ValueError, match=r"needs the row count of every source"):
         Proportional()(0)
-    with pytest.raises(ValueError, match=r"source 'offline' is not among the sizes given, which name \['a', 'b'\]"):
+    with pytest.raises(
+        ValueError, match=r"source 'offline' is not among the sizes given, which name \['a', 'b'\]"
+    ):
         Proportional()(0, sizes={"a": 1, "b": 2})
     with pytest.raises(ValueError, match=r"sizes\['online'\] must be an int >= 0, got -1"):
         Proportional()(0, sizes={"offline": 1, "online": -1})
@@ -197,15 +209,26 @@ def test_pickle_round_trip(s):
 
 def test_repr_and_config_shape():
     assert repr(Linear(0.5, 0.0, 100)) == "Linear(start=0.5, end=0.0, steps=100)"
-    assert Piecewise([(0, 1.0), (10, 0)]).to_config() == {"type": "Piecewise", "knots": [[0, 1.0], [10, 0.0]]}
-    assert Exponential(0.5, 0, 10).to_config() == {"type": "Exponential", "start": 0.5, "end": 0.0, "steps": 10, "floor": 1e-3}
+    assert Piecewise([(0, 1.0), (10, 0)]).to_config() == {
+        "type": "Piecewise",
+        "knots": [[0, 1.0], [10, 0.0]],
+    }
+    assert Exponential(0.5, 0, 10).to_config() == {
+        "type": "Exponential",
+        "start": 0.5,
+        "end": 0.0,
+        "steps": 10,
+        "floor": 1e-3,
+    }
     assert Linear(0.5, 0.0, 100) != Cosine(0.5, 0.0, 100)
     assert Linear(0.5, 0.0, 100) != 0.5
     assert len({Constant(0.5), Constant(0.5), Constant(0.25)}) == 2
 
 
 def test_from_config_errors():
-    with pytest.raises(ValueError, match=r"unknown schedule type 'Sigmoid'; registered types are \[.*'Linear'"):
+    with pytest.raises(
+        ValueError, match=r"unknown schedule type 'Sigmoid'; registered types are \[.*'Linear'"
+    ):
         Schedule.from_config({"type": "Sigmoid"})
     with pytest.raises(ValueError, match=r"a schedule config is a dict with a 'type' key"):
         Schedule.from_config({"start": 0.5})
@@ -213,7 +236,9 @@ def test_from_config_errors():
         Schedule.from_config({"type": "Linear", "start": 0.5, "stop": 0.0})
     with pytest.raises(ValueError, match=r"config type 'Constant' is not a Linear"):
         Linear.from_config({"type": "Constant", "value": 0.5})
-    with pytest.raises(ValueError, match=r"Linear end must be a finite number in \[0, 1\], got 2.0"):
+    with pytest.raises(
+        ValueError, match=r"Linear end must be a finite number in \[0, 1\], got 2.0"
+    ):
         Schedule.from_config({"type": "Linear", "start": 0.5, "end": 2.0, "steps": 10})
 
 
@@ -257,7 +282,10 @@ def test_user_subclass_with_values_outside_the_range_is_caught():
         def params(self):
             return {}
 
-    with pytest.raises(ValueError, match=r"Broken\(\) returned 1.5 at step 3; a schedule's values must lie in \[0, 1\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"Broken\(\) returned 1.5 at step 3; a schedule's values must lie in \[0, 1\]",
+    ):
         Broken()(3)
 
 
@@ -287,18 +315,24 @@ def test_as_schedule_errors():
         as_schedule(True)
     with pytest.raises(TypeError, match=r"a Schedule or a function of the step, got str 'linear'"):
         as_schedule("linear")
-    with pytest.raises(ValueError, match=r"Constant value must be a finite number in \[0, 1\], got 1.5"):
+    with pytest.raises(
+        ValueError, match=r"Constant value must be a finite number in \[0, 1\], got 1.5"
+    ):
         as_schedule(1.5)
 
 
 def test_callable_schedule_errors():
     with pytest.raises(TypeError, match=r"CallableSchedule needs a callable, got int 3"):
         CallableSchedule(3)
-    with pytest.raises(ValueError, match=r"returned 2.0 at step 0; a schedule's values must lie in \[0, 1\]"):
+    with pytest.raises(
+        ValueError, match=r"returned 2.0 at step 0; a schedule's values must lie in \[0, 1\]"
+    ):
         CallableSchedule(lambda t: 2.0)(0)
     with pytest.raises(ValueError, match=r"returned nan at step 0"):
         CallableSchedule(lambda t: float("nan"))(0)
-    with pytest.raises(TypeError, match=r"returned str 'x' at step 1; it must return a float in \[0, 1\]"):
+    with pytest.raises(
+        TypeError, match=r"returned str 'x' at step 1; it must return a float in \[0, 1\]"
+    ):
         CallableSchedule(lambda t: "x")(1)
     with pytest.raises(TypeError, match=r"cannot be stored as a config; use a built-in schedule"):
         CallableSchedule(half_until_100).to_config()
@@ -312,23 +346,50 @@ def test_callable_schedule_errors():
     [
         (lambda: Constant(1.5), r"Constant value must be a finite number in \[0, 1\], got 1.5"),
         (lambda: Constant(-0.1), r"Constant value must be a finite number in \[0, 1\], got -0.1"),
-        (lambda: Constant(float("nan")), r"Constant value must be a finite number in \[0, 1\], got nan"),
-        (lambda: Constant(float("inf")), r"Constant value must be a finite number in \[0, 1\], got inf"),
-        (lambda: Linear(-0.5, 0.0, 10), r"Linear start must be a finite number in \[0, 1\], got -0.5"),
+        (
+            lambda: Constant(float("nan")),
+            r"Constant value must be a finite number in \[0, 1\], got nan",
+        ),
+        (
+            lambda: Constant(float("inf")),
+            r"Constant value must be a finite number in \[0, 1\], got inf",
+        ),
+        (
+            lambda: Linear(-0.5, 0.0, 10),
+            r"Linear start must be a finite number in \[0, 1\], got -0.5",
+        ),
         (lambda: Linear(0.5, 2, 10), r"Linear end must be a finite number in \[0, 1\], got 2.0"),
         (lambda: Linear(0.5, 0.0, -1), r"Linear steps must be an int >= 0, got -1"),
-        (lambda: Cosine(0.5, float("inf"), 10), r"Cosine end must be a finite number in \[0, 1\], got inf"),
+        (
+            lambda: Cosine(0.5, float("inf"), 10),
+            r"Cosine end must be a finite number in \[0, 1\], got inf",
+        ),
         (lambda: Cosine(0.5, 0.0, -3), r"Cosine steps must be an int >= 0, got -3"),
-        (lambda: Exponential(1.1, 0.0, 10), r"Exponential start must be a finite number in \[0, 1\], got 1.1"),
+        (
+            lambda: Exponential(1.1, 0.0, 10),
+            r"Exponential start must be a finite number in \[0, 1\], got 1.1",
+        ),
         (lambda: Exponential(0.5, 0.1, -10), r"Exponential steps must be an int >= 0, got -10"),
-        (lambda: Exponential(0.5, 0.0, 10, floor=0.0), r"Exponential floor must be a finite number in \(0, 1\], got 0.0"),
-        (lambda: Exponential(0.5, 0.0, 10, floor=2.0), r"Exponential floor must be a finite number in \[0, 1\], got 2.0"),
+        (
+            lambda: Exponential(0.5, 0.0, 10, floor=0.0),
+            r"Exponential floor must be a finite number in \(0, 1\], got 0.0",
+        ),
+        (
+            lambda: Exponential(0.5, 0.0, 10, floor=2.0),
+            r"Exponential floor must be a finite number in \[0, 1\], got 2.0",
+        ),
         (lambda: Piecewise([]), r"Piecewise needs at least one \(step, value\) knot, got \[\]"),
         (lambda: Piecewise([(0, 1.0), (0, 0.5)]), r"strictly increasing, got step 0 after 0"),
         (lambda: Piecewise([(10, 1.0), (5, 0.5)]), r"strictly increasing, got step 5 after 10"),
-        (lambda: Piecewise([(0, 1.5)]), r"Piecewise knot 0 value must be a finite number in \[0, 1\], got 1.5"),
+        (
+            lambda: Piecewise([(0, 1.5)]),
+            r"Piecewise knot 0 value must be a finite number in \[0, 1\], got 1.5",
+        ),
         (lambda: Piecewise([(-1, 0.5)]), r"Piecewise knot 0 step must be an int >= 0, got -1"),
-        (lambda: Piecewise([(0, 0.5, 1)]), r"Piecewise knot 0 must be a \(step, value\) pair, got \(0, 0.5, 1\)"),
+        (
+            lambda: Piecewise([(0, 0.5, 1)]),
+            r"Piecewise knot 0 must be a \(step, value\) pair, got \(0, 0.5, 1\)",
+        ),
     ],
 )
 def test_invalid_parameters_raise_value_error(make, message):
@@ -343,8 +404,14 @@ def test_invalid_parameters_raise_value_error(make, message):
         (lambda: Linear(0.5, 0.0, True), r"Linear steps must be an int >= 0, got bool True"),
         (lambda: Constant("0.5"), r"Constant value must be a number in \[0, 1\], got str '0.5'"),
         (lambda: Constant(None), r"Constant value must be a number in \[0, 1\], got NoneType None"),
-        (lambda: Piecewise(0.5), r"Piecewise knots must be a list of \(step, value\) pairs, got float 0.5"),
-        (lambda: Piecewise("ab"), r"Piecewise knots must be a list of \(step, value\) pairs, got str 'ab'"),
+        (
+            lambda: Piecewise(0.5),
+            r"Piecewise knots must be a list of \(step, value\) pairs, got float 0.5",
+        ),
+        (
+            lambda: Piecewise("ab"),
+            r"Piecewise knots must be a list of \(step, value\) pairs, got str 'ab'",
+        ),
     ],
 )
 def test_parameters_of_the_wrong_type_raise_type_error(make, message):
@@ -359,7 +426,9 @@ def test_numpy_and_torch_parameters_are_accepted():
     assert s(np.int64(5)) == s(torch.tensor(5)) == 0.25
 
 
-@pytest.mark.parametrize("s", [Constant(0.5), Linear(0, 1, 10), Piecewise([(0, 0.5)]), Proportional()])
+@pytest.mark.parametrize(
+    "s", [Constant(0.5), Linear(0, 1, 10), Piecewise([(0, 0.5)]), Proportional()]
+)
 def test_negative_step_raises(s):
     with pytest.raises(ValueError, match=r"step must be an int >= 0, got -1"):
         s(-1, sizes={"offline": 1})
@@ -393,8 +462,14 @@ def test_schedules_drive_the_offline_fraction():
 
     offline = ReplayBuffer(storage=LazyTensorStorage(100))
     offline.extend(_rows(100, 0.0))
-    rb = OfflineToOnlineReplayBuffer(offline, online_capacity=100, offline_fraction=Linear(0.5, 0.1, 100),
-                                     batch_size=10, generator=0, source_key="source")
+    rb = OfflineToOnlineReplayBuffer(
+        offline,
+        online_capacity=100,
+        offline_fraction=Linear(0.5, 0.1, 100),
+        batch_size=10,
+        generator=0,
+        source_key="source",
+    )
     rb.extend(_rows(10, 1.0))
     assert rb.sample()["source"].tolist().count(0) == 5
     rb.set_step(100)
@@ -405,8 +480,12 @@ def test_schedules_drive_the_offline_fraction():
 def test_proportional_in_a_mixture():
     from mixreplay import LazyTensorStorage, MixtureReplayBuffer
 
-    mix = MixtureReplayBuffer({"a": LazyTensorStorage(10), "b": LazyTensorStorage(10)},
-                              {"a": Proportional("a"), "b": Proportional("b")}, batch_size=8, generator=0)
+    mix = MixtureReplayBuffer(
+        {"a": LazyTensorStorage(10), "b": LazyTensorStorage(10)},
+        {"a": Proportional("a"), "b": Proportional("b")},
+        batch_size=8,
+        generator=0,
+    )
     mix.extend(_rows(6, 0.0), source="a")
     mix.extend(_rows(2, 1.0), source="b")
     assert mix.fractions == {"a": 0.75, "b": 0.25}
@@ -417,8 +496,9 @@ def test_proportional_in_the_two_source_buffer():
 
     offline = ReplayBuffer(storage=LazyTensorStorage(300))
     offline.extend(_rows(300, 0.0))
-    rb = OfflineToOnlineReplayBuffer(offline, online_capacity=1000, offline_fraction=Proportional(),
-                                     batch_size=8, generator=0)
+    rb = OfflineToOnlineReplayBuffer(
+        offline, online_capacity=1000, offline_fraction=Proportional(), batch_size=8, generator=0
+    )
     assert rb.offline_fraction == 1.0
     rb.extend(_rows(100, 1.0))
     assert rb.offline_fraction == 0.75

@@ -8,7 +8,9 @@ from mixreplay import split_counts
 from mixreplay.split import _largest_remainder
 
 fraction = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
-weights = st.lists(st.floats(min_value=0.0, max_value=10.0, allow_nan=False), min_size=1, max_size=6)
+weights = st.lists(
+    st.floats(min_value=0.0, max_value=10.0, allow_nan=False), min_size=1, max_size=6
+)
 
 
 @given(b=st.integers(0, 4096), f=fraction)
@@ -24,7 +26,10 @@ def test_counts_sum_to_batch_and_are_never_negative(b, w):
     assert all(c >= 0 for c in counts)
 
 
-@given(b=st.integers(0, 2048), w=st.lists(st.floats(0.0, 10.0, allow_nan=False), min_size=3, max_size=6))
+@given(
+    b=st.integers(0, 2048),
+    w=st.lists(st.floats(0.0, 10.0, allow_nan=False), min_size=3, max_size=6),
+)
 @settings(max_examples=300)
 def test_largest_remainder_rule(b, w):
     """Every count is its quota's floor or ceiling; leftover units went to the largest remainders."""

@@ -53,8 +53,13 @@ class MixingMachine(RuleBasedStateMachine):
         else:
             fraction = Proportional("offline")
         sampler = PrioritizedSampler(alpha=0.8) if self.prioritized else None
-        return OfflineToOnlineReplayBuffer(OFFLINE, online_capacity=self.capacity, offline_fraction=fraction,
-                                           generator=self.seed, online_sampler=sampler)
+        return OfflineToOnlineReplayBuffer(
+            OFFLINE,
+            online_capacity=self.capacity,
+            offline_fraction=fraction,
+            generator=self.seed,
+            online_sampler=sampler,
+        )
 
     @initialize(
         variant=st.sampled_from(VARIANTS),
@@ -64,12 +69,20 @@ class MixingMachine(RuleBasedStateMachine):
         seed=st.integers(0, 2**16),
     )
     def start(self, variant, prioritized, capacity, base, seed):
-        self.variant, self.prioritized, self.capacity, self.base, self.seed = variant, prioritized, capacity, base, seed
+        self.variant, self.prioritized, self.capacity, self.base, self.seed = (
+            variant,
+            prioritized,
+            capacity,
+            base,
+            seed,
+        )
         self.rb = self.make()
         self.ring: list[int | None] = [None] * capacity  # the model: id held by each slot
         self.written = 0
         self.step = 0
-        self.annealed: float | None = None  # the fraction anneal() set, until set_step moves a schedule
+        self.annealed: float | None = (
+            None  # the fraction anneal() set, until set_step moves a schedule
+        )
 
     # -- the model ---------------------------------------------------------------------------
 
@@ -120,7 +133,11 @@ class MixingMachine(RuleBasedStateMachine):
     def anneal(self, step, total):
         for rb in self.buffers():
             rb.anneal(step, total)
-        base = self.base if self.variant == "float" else (1.0 if self.variant == "proportional" else self.base)
+        base = (
+            self.base
+            if self.variant == "float"
+            else (1.0 if self.variant == "proportional" else self.base)
+        )
         if self.variant != "proportional":
             self.annealed = base * max(0.0, 1.0 - step / total)
 

@@ -14,7 +14,13 @@ from mixreplay import (
 )
 from tests.conftest import ted_rows
 
-VARIANTS = ["memory", "memmap", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
+VARIANTS = [
+    "memory",
+    "memmap",
+    pytest.param(
+        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+    ),
+]
 
 
 def make_storage(kind, max_size, tmp_path):
@@ -118,11 +124,16 @@ def test_schema_is_fixed_by_first_write(kind, tmp_path):
     s.extend(ted_rows(2))
     bad = ted_rows(2)
     bad["observation"] = bad["observation"].double()
-    with pytest.raises(SchemaMismatchError, match=r"'observation': stored float32\[3\], written float64\[3\] \(dtype\)"):
+    with pytest.raises(
+        SchemaMismatchError,
+        match=r"'observation': stored float32\[3\], written float64\[3\] \(dtype\)",
+    ):
         s.extend(bad)
     extra = ted_rows(2)
     extra["info"] = torch.zeros(2, 1)
-    with pytest.raises(SchemaMismatchError, match=r"'info': in written \(float32\[1\]\), missing in stored"):
+    with pytest.raises(
+        SchemaMismatchError, match=r"'info': in written \(float32\[1\]\), missing in stored"
+    ):
         s.extend(extra)
     missing = ted_rows(2).exclude(("next", "reward"))
     with pytest.raises(SchemaMismatchError, match=r"\('next', 'reward'\): in stored"):
@@ -136,9 +147,17 @@ def test_schema_is_fixed_by_first_write(kind, tmp_path):
 @pytest.mark.parametrize(
     "data, err, match",
     [
-        ({"observation": torch.zeros(2, 3)}, TypeError, r"extend expects a TensorDict of rows, got dict; wrap it: TensorDict\(data, batch_size=\[n\]\)"),
+        (
+            {"observation": torch.zeros(2, 3)},
+            TypeError,
+            r"extend expects a TensorDict of rows, got dict; wrap it: TensorDict\(data, batch_size=\[n\]\)",
+        ),
         (torch.zeros(2, 3), TypeError, "extend expects a TensorDict of rows, got Tensor"),
-        (TensorDict({"x": torch.zeros(2, 3)}, [2, 3]), ValueError, r"one batch dim .* got batch_size=\[2, 3\]"),
+        (
+            TensorDict({"x": torch.zeros(2, 3)}, [2, 3]),
+            ValueError,
+            r"one batch dim .* got batch_size=\[2, 3\]",
+        ),
         (TensorDict({"x": torch.zeros(0, 3)}, [0]), ValueError, "empty batch"),
     ],
 )
@@ -156,7 +175,14 @@ def test_add_single_row(kind, tmp_path):
         s.add(ted_rows(2))
 
 
-@pytest.mark.parametrize("bad, err, match", [(0, ValueError, "positive number of rows, got 0"), (2.5, TypeError, "max_size must be an int, got float 2.5"), (True, TypeError, "max_size must be an int")])
+@pytest.mark.parametrize(
+    "bad, err, match",
+    [
+        (0, ValueError, "positive number of rows, got 0"),
+        (2.5, TypeError, "max_size must be an int, got float 2.5"),
+        (True, TypeError, "max_size must be an int"),
+    ],
+)
 def test_bad_capacity(bad, err, match):
     with pytest.raises(err, match=match):
         LazyTensorStorage(bad)
@@ -186,10 +212,15 @@ def test_storages_and_buffers_pickle(kind, tmp_path):
     s = make_storage(kind, 8, tmp_path)
     s.extend(ted_rows(5))
     copy = pickle.loads(pickle.dumps(s))
-    assert len(copy) == 5 and torch.equal(copy[:]["next", "reward"].cpu(), s[:]["next", "reward"].cpu())
+    assert len(copy) == 5 and torch.equal(
+        copy[:]["next", "reward"].cpu(), s[:]["next", "reward"].cpu()
+    )
     copy.extend(ted_rows(2))  # a working lock and layout after the round trip
     assert len(copy) == 7 and len(s) == 5
-    rb = OfflineToOnlineReplayBuffer(ReplayBuffer(storage=FrozenStorage.from_tensordict(ted_rows(10))),
-                                     online_storage=s, generator=0)
+    rb = OfflineToOnlineReplayBuffer(
+        ReplayBuffer(storage=FrozenStorage.from_tensordict(ted_rows(10))),
+        online_storage=s,
+        generator=0,
+    )
     twin = pickle.loads(pickle.dumps(rb))
     assert torch.equal(twin.sample(6)["next", "reward"].cpu(), rb.sample(6)["next", "reward"].cpu())

@@ -2,8 +2,9 @@
 
 import pytest
 import torch
+import torchrl.data as torchrl_data
 
-torchrl_data = pytest.importorskip("torchrl.data", reason="torchrl is not installed")
+pytestmark = pytest.mark.torchrl
 
 from mixreplay import LazyTensorStorage as MLazy  # noqa: E402
 from mixreplay import OfflineToOnlineReplayBuffer, SchemaMismatchError, prefill_replay_buffer  # noqa: E402
@@ -23,7 +24,9 @@ def torchrl_offline(cls_name="ReplayBuffer", n=300):
 @pytest.mark.parametrize("cls_name", ["ReplayBuffer", "TensorDictReplayBuffer"])
 def test_torchrl_buffer_as_offline(cls_name):
     off = torchrl_offline(cls_name)
-    rb = OfflineToOnlineReplayBuffer(off, online_capacity=100, offline_fraction=0.3, batch_size=50, generator=0)
+    rb = OfflineToOnlineReplayBuffer(
+        off, online_capacity=100, offline_fraction=0.3, batch_size=50, generator=0
+    )
     assert (rb.sample()["action"][:, 0] == OFF).all()  # online still empty: offline only
     rb.extend(ted_rows(20, tag=ON))
     batch = rb.sample()
@@ -40,7 +43,11 @@ def test_torchrl_storage_as_online():
     off = MRB(storage=MLazy(300))
     off.extend(ted_rows(300, tag=OFF))
     rb = OfflineToOnlineReplayBuffer(
-        off, online_storage=torchrl_data.LazyTensorStorage(40), offline_fraction=0.25, batch_size=8, generator=0
+        off,
+        online_storage=torchrl_data.LazyTensorStorage(40),
+        offline_fraction=0.25,
+        batch_size=8,
+        generator=0,
     )
     idx = rb.extend(ted_rows(50, tag=ON))  # wraps the TorchRL ring
     assert idx.tolist()[-1] == 49 % 40
@@ -55,7 +62,9 @@ def test_float64_torchrl_offline_raises_instead_of_upcasting():
     off = torchrl_data.ReplayBuffer(storage=torchrl_data.LazyTensorStorage(100))
     off.extend(ted_rows(100, tag=OFF).double())
     rb = OfflineToOnlineReplayBuffer(off, online_capacity=10, batch_size=8)
-    with pytest.raises(SchemaMismatchError, match=r"'observation': offline float64\[3\], online float32\[3\]"):
+    with pytest.raises(
+        SchemaMismatchError, match=r"'observation': offline float64\[3\], online float32\[3\]"
+    ):
         rb.extend(ted_rows(4))
 
 

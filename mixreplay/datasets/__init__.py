@@ -54,7 +54,12 @@ def register_dataset(prefix: str, factory: Callable[..., object], *, replace: bo
         >>> len(load_dataset("zeros:8"))
         8
     """
-    if not isinstance(prefix, str) or not prefix or ":" in prefix or not prefix.replace("_", "").replace("-", "").isalnum():
+    if (
+        not isinstance(prefix, str)
+        or not prefix
+        or ":" in prefix
+        or not prefix.replace("_", "").replace("-", "").isalnum()
+    ):
         raise ValueError(
             f"a dataset prefix must be a non-empty word of letters, digits, '_' or '-', got {prefix!r}"
         )
@@ -88,7 +93,9 @@ def load_dataset(dataset_id: str, **kwargs):
         **kwargs: forwarded to the prefix's loader (``batch_size``, ``generator``, ...).
     """
     if not isinstance(dataset_id, str):
-        raise TypeError(f"dataset_id must be a string like 'minari:<id>', got {type(dataset_id).__name__}")
+        raise TypeError(
+            f"dataset_id must be a string like 'minari:<id>', got {type(dataset_id).__name__}"
+        )
     prefix, sep, rest = dataset_id.partition(":")
     if not sep or not prefix or not rest:
         raise ValueError(

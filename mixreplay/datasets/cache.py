@@ -117,7 +117,9 @@ def cache_path(source: Source, cache_dir: str | os.PathLike | None = None) -> Pa
     """Where ``source``, converted under its options, lives in the cache."""
     root = Path(cache_dir).expanduser() if cache_dir is not None else data_root()
     # d4rl names are resolved file paths: the file's stem is name enough (the key hashes the path)
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(source.name).stem if source.prefix == "d4rl" else source.name)
+    slug = re.sub(
+        r"[^A-Za-z0-9_.-]+", "_", Path(source.name).stem if source.prefix == "d4rl" else source.name
+    )
     key = _digest({"source": source.source_id, "options": source.options})
     return root / "datasets" / source.prefix / f"{slug.strip('_.') or 'dataset'}-{key}"
 
@@ -163,11 +165,20 @@ def convert(
     """
     fingerprint = fingerprint or source.fingerprint()
     total = source.rows_hint()
-    if progress is not None and total is not None and callable(getattr(progress, "set_total", None)):
+    if (
+        progress is not None
+        and total is not None
+        and callable(getattr(progress, "set_total", None))
+    ):
         progress.set_total(total)
     chunks, starts, info = source.read()
     t0 = time.perf_counter()
-    log.info("converting %s (%s source rows) into %s", source.source_id, total if total is not None else "?", dest)
+    log.info(
+        "converting %s (%s source rows) into %s",
+        source.source_id,
+        total if total is not None else "?",
+        dest,
+    )
     report = _ProgressLog(source.source_id, total, progress)
     path = write_memmap_dataset(
         dest,
@@ -175,14 +186,22 @@ def convert(
         episode_starts=starts,
         source_id=source.source_id,
         source_fingerprint=fingerprint,
-        info={"loader": source.prefix, "options": source.options, "converter": CONVERTER_VERSION, **info},
+        info={
+            "loader": source.prefix,
+            "options": source.options,
+            "converter": CONVERTER_VERSION,
+            **info,
+        },
         overwrite=overwrite,
         progress=report,
     )
     meta = read_metadata(path)
     log.info(
         "converted %s: %d rows in %d episodes in %.2f s",
-        source.source_id, meta["rows"], meta["episodes"], time.perf_counter() - t0,
+        source.source_id,
+        meta["rows"],
+        meta["episodes"],
+        time.perf_counter() - t0,
     )
     return path
 
@@ -214,7 +233,11 @@ def _is_current(path: Path, fingerprint: str) -> bool:
             log.warning("cached dataset at %s is unreadable (%s); converting again", path, err)
         return False
     if meta.get("source_fingerprint") != fingerprint:
-        log.info("source of %s changed since it was cached at %s; converting again", meta.get("source_id"), path)
+        log.info(
+            "source of %s changed since it was cached at %s; converting again",
+            meta.get("source_id"),
+            path,
+        )
         return False
     return True
 

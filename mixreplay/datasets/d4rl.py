@@ -93,12 +93,16 @@ def resolve_d4rl(name_or_path: str | os.PathLike) -> Path:
     """The D4RL file a ``d4rl:`` ID names (see the module docstring)."""
     text = os.fspath(name_or_path)
     if not text:
-        raise DatasetError("a d4rl: ID needs a dataset name or a file path, e.g. 'd4rl:hopper-medium-v2'")
+        raise DatasetError(
+            "a d4rl: ID needs a dataset name or a file path, e.g. 'd4rl:hopper-medium-v2'"
+        )
     path = Path(text).expanduser()
     if path.suffix in (".hdf5", ".h5") or os.sep in text or "/" in text or path.exists():
         if path.is_file():
             return path.resolve()
-        raise DatasetNotFoundError(f"no D4RL file at {path}: the path does not exist or is not a file")
+        raise DatasetNotFoundError(
+            f"no D4RL file at {path}: the path does not exist or is not a file"
+        )
     root = d4rl_dataset_dir()
     names = d4rl_file_names(text)
     for n in names:
@@ -198,7 +202,9 @@ class D4RLSource(Source):
         n = f["observations"].shape[0]
         sizes = {k: f[k].shape[0] for k in (*REQUIRED, "next_observations") if k in f}
         if self.keep_infos and "infos" in f:
-            sizes.update({"/".join(k): d.shape[0] for k, d in _datasets(f["infos"], ("infos",)).items()})
+            sizes.update(
+                {"/".join(k): d.shape[0] for k, d in _datasets(f["infos"], ("infos",)).items()}
+            )
         bad = {k: v for k, v in sizes.items() if v != n}
         if bad:
             raise DatasetError(
@@ -225,7 +231,9 @@ class D4RLSource(Source):
         if plan.dropped:
             log.info(
                 "%s has no next_observations: derived them from the next row; dropped %d rows with no "
-                "successor (last rows of timed-out episodes)", self.path, plan.dropped,
+                "successor (last rows of timed-out episodes)",
+                self.path,
+                plan.dropped,
             )
         info = {
             "requested": self.requested,
@@ -281,7 +289,9 @@ class D4RLSource(Source):
                     leaves[key] = value
                 if m < b - a:
                     leaves = {k: v[keep] for k, v in leaves.items()}
-                yield TensorDict(nest(self.policy.apply(leaves, where=f"d4rl:{self.path}")), batch_size=[m])
+                yield TensorDict(
+                    nest(self.policy.apply(leaves, where=f"d4rl:{self.path}")), batch_size=[m]
+                )
 
 
 def load_d4rl(
@@ -329,6 +339,12 @@ def load_d4rl(
     policy = RowPolicy(keys=keys, rename=rename, dtype=dtype)
     source = D4RLSource(name_or_path, keep_infos=keep_infos, policy=policy)
     return load_cached(
-        source, cache_dir=cache_dir, refresh=refresh, progress=progress,
-        batch_size=batch_size, generator=generator, sampler=sampler, transform=transform,
+        source,
+        cache_dir=cache_dir,
+        refresh=refresh,
+        progress=progress,
+        batch_size=batch_size,
+        generator=generator,
+        sampler=sampler,
+        transform=transform,
     )

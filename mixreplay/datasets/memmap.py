@@ -43,7 +43,9 @@ ROWS = "rows.bin"
 EPISODES = "episodes.bin"
 
 if sys.byteorder != "little":  # pragma: no cover
-    raise ImportError("mixreplay's memmap format is little-endian; big-endian hosts are not supported")
+    raise ImportError(
+        "mixreplay's memmap format is little-endian; big-endian hosts are not supported"
+    )
 
 
 class OfflineDataset(ReplayBuffer):
@@ -77,9 +79,15 @@ class OfflineDataset(ReplayBuffer):
         transform: Callable | None = None,
     ):
         if not isinstance(storage, FrozenStorage):
-            raise TypeError(f"an OfflineDataset reads a FrozenStorage, got {type(storage).__name__}")
+            raise TypeError(
+                f"an OfflineDataset reads a FrozenStorage, got {type(storage).__name__}"
+            )
         super().__init__(
-            storage=storage, sampler=sampler, batch_size=batch_size, generator=generator, transform=transform
+            storage=storage,
+            sampler=sampler,
+            batch_size=batch_size,
+            generator=generator,
+            transform=transform,
         )
         if episode_starts is None:
             episode_starts = torch.zeros(1 if len(storage) else 0, dtype=torch.int64)
@@ -88,7 +96,9 @@ class OfflineDataset(ReplayBuffer):
         self.path = None if path is None else Path(path)
 
     @classmethod
-    def from_tensordict(cls, td: TensorDictBase, *, episode_starts=None, **kwargs) -> OfflineDataset:
+    def from_tensordict(
+        cls, td: TensorDictBase, *, episode_starts=None, **kwargs
+    ) -> OfflineDataset:
         """Pack a ``[n]`` TensorDict (copied) into an in-memory dataset."""
         storage = FrozenStorage.from_tensordict(td)
         meta = {"fingerprint": _fingerprint_rows(storage.rows), "rows": len(storage)}
@@ -198,11 +208,19 @@ def write_memmap_dataset(
             os.fsync(f.fileno())
         if layout is None or n == 0:
             raise DatasetError(f"no rows to write to {path}: the data was empty")
-        starts = torch.zeros(1, dtype=torch.int64) if episode_starts is None else torch.as_tensor(
-            list(episode_starts) if not isinstance(episode_starts, torch.Tensor) else episode_starts,
-            dtype=torch.int64,
+        starts = (
+            torch.zeros(1, dtype=torch.int64)
+            if episode_starts is None
+            else torch.as_tensor(
+                list(episode_starts)
+                if not isinstance(episode_starts, torch.Tensor)
+                else episode_starts,
+                dtype=torch.int64,
+            )
         )
-        if starts.numel() and (starts[0] != 0 or bool((starts[1:] <= starts[:-1]).any()) or int(starts[-1]) >= n):
+        if starts.numel() and (
+            starts[0] != 0 or bool((starts[1:] <= starts[:-1]).any()) or int(starts[-1]) >= n
+        ):
             raise DatasetError(
                 f"episode_starts must start at 0, increase strictly and stay below {n} rows; "
                 f"got {starts[:8].tolist()}..."
@@ -299,7 +317,9 @@ def load_memmap(path: str | os.PathLike, **kwargs) -> OfflineDataset:
     layout = RowLayout(schema)
     n, words = int(meta["rows"]), layout.row_words
     if words != meta["row_words"]:
-        raise DatasetError(f"{path}: metadata says {meta['row_words']} words per row, schema gives {words}")
+        raise DatasetError(
+            f"{path}: metadata says {meta['row_words']} words per row, schema gives {words}"
+        )
     rows_file = path / ROWS
     expected = n * words * 8
     actual = rows_file.stat().st_size if rows_file.exists() else -1
@@ -310,5 +330,9 @@ def load_memmap(path: str | os.PathLike, **kwargs) -> OfflineDataset:
         )
     rows = _map_rows(rows_file, n, words)
     ep_file = path / EPISODES
-    starts = torch.from_file(str(ep_file), shared=False, size=int(meta["episodes"]), dtype=torch.int64).clone()
-    return OfflineDataset(FrozenStorage(rows, layout), episode_starts=starts, metadata=meta, path=path, **kwargs)
+    starts = torch.from_file(
+        str(ep_file), shared=False, size=int(meta["episodes"]), dtype=torch.int64
+    ).clone()
+    return OfflineDataset(
+        FrozenStorage(rows, layout), episode_starts=starts, metadata=meta, path=path, **kwargs
+    )

@@ -77,13 +77,21 @@ class MinariSource(Source):
 
     prefix = "minari"
 
-    def __init__(self, dataset_id: str, *, download: bool = False, keep_infos: bool = False,
-                 policy: RowPolicy | None = None):
+    def __init__(
+        self,
+        dataset_id: str,
+        *,
+        download: bool = False,
+        keep_infos: bool = False,
+        policy: RowPolicy | None = None,
+    ):
         minari = _minari()
         from minari.dataset.minari_dataset import parse_dataset_id
 
         if not isinstance(dataset_id, str) or not dataset_id:
-            raise DatasetError(f"a Minari dataset ID must be a non-empty string, got {dataset_id!r}")
+            raise DatasetError(
+                f"a Minari dataset ID must be a non-empty string, got {dataset_id!r}"
+            )
         try:
             parse_dataset_id(dataset_id)
         except (ValueError, TypeError) as err:
@@ -121,7 +129,9 @@ class MinariSource(Source):
         try:
             return _minari().load_dataset(self.name)
         except (OSError, ValueError, KeyError) as err:
-            raise DatasetError(f"Minari could not open {self.name!r} at {self.path}: {err}") from err
+            raise DatasetError(
+                f"Minari could not open {self.name!r} at {self.path}: {err}"
+            ) from err
 
     def _episodes(self):
         """The opened dataset, its episode indices and their lengths (read once per source)."""
@@ -165,7 +175,9 @@ class MinariSource(Source):
         for key, act in flat_leaves(ep.actions, ("action",)).items():
             act = _numeric(key, act, where)
             if act.shape[:1] != (n,):
-                raise DatasetError(f"{where}: {format_key(key)} holds {act.shape[:1]} rows for {n} steps")
+                raise DatasetError(
+                    f"{where}: {format_key(key)} holds {act.shape[:1]} rows for {n} steps"
+                )
             rows[key] = act
         live = np.zeros((n, 1), dtype=bool)
         rows[("done",)], rows[("terminated",)], rows[("truncated",)] = live, live, live
@@ -282,6 +294,12 @@ def load_minari(
     policy = RowPolicy(keys=keys, rename=rename, dtype=dtype)
     source = MinariSource(dataset_id, download=download, keep_infos=keep_infos, policy=policy)
     return load_cached(
-        source, cache_dir=cache_dir, refresh=refresh, progress=progress,
-        batch_size=batch_size, generator=generator, sampler=sampler, transform=transform,
+        source,
+        cache_dir=cache_dir,
+        refresh=refresh,
+        progress=progress,
+        batch_size=batch_size,
+        generator=generator,
+        sampler=sampler,
+        transform=transform,
     )

@@ -94,8 +94,12 @@ class RowPolicy:
         try:
             self.keys = None if keys is None else tuple(normalize_key(k) for k in keys)
             if rename is not None and not isinstance(rename, Mapping):
-                raise DatasetError(f"rename must be a mapping {{old: new}}, got {type(rename).__name__}")
-            self.rename = tuple((normalize_key(o), normalize_key(n)) for o, n in (rename or {}).items())
+                raise DatasetError(
+                    f"rename must be a mapping {{old: new}}, got {type(rename).__name__}"
+                )
+            self.rename = tuple(
+                (normalize_key(o), normalize_key(n)) for o, n in (rename or {}).items()
+            )
         except TypeError as err:
             raise DatasetError(str(err)) from err
         if self.keys is not None and not self.keys:
@@ -146,7 +150,9 @@ class RowPolicy:
 
     # -- applying it ---------------------------------------------------------------------------
 
-    def output_keys(self, source_keys: Iterable[tuple[str, ...]], *, where: str = "the source") -> dict:
+    def output_keys(
+        self, source_keys: Iterable[tuple[str, ...]], *, where: str = "the source"
+    ) -> dict:
         """Map each kept source key to its output key; raise if the policy does not fit.
 
         Args:
@@ -172,7 +178,7 @@ class RowPolicy:
                     "fix rename={old: new}"
                 )
             for s in moved:
-                mapping[s] = new + mapping[s][len(old):]
+                mapping[s] = new + mapping[s][len(old) :]
         outputs = list(mapping.values())
         seen: dict[tuple[str, ...], tuple[str, ...]] = {}
         for s, out in mapping.items():
@@ -209,7 +215,9 @@ class RowPolicy:
             return dtype
         return self.dtype if dtype.is_floating_point else dtype
 
-    def apply(self, leaves: Leaves, *, where: str = "the source") -> dict[tuple[str, ...], torch.Tensor]:
+    def apply(
+        self, leaves: Leaves, *, where: str = "the source"
+    ) -> dict[tuple[str, ...], torch.Tensor]:
         """Select, rename and cast a chunk of rows given as ``{key: array [n, ...]}``."""
         mapping = self.output_keys(leaves.keys(), where=where)
         out = {}

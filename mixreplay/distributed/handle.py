@@ -121,9 +121,18 @@ class RayReplayBuffer:
         >>> rb.kill(); ray.shutdown()
     """
 
-    def __init__(self, buffer_cls, *args, ray_options=None, prefetch: int = 0, device=None,
-                 checkpoint_dir: str | os.PathLike | None = None, checkpoint_every: int | None = None,
-                 resume: bool = False, **kwargs):
+    def __init__(
+        self,
+        buffer_cls,
+        *args,
+        ray_options=None,
+        prefetch: int = 0,
+        device=None,
+        checkpoint_dir: str | os.PathLike | None = None,
+        checkpoint_every: int | None = None,
+        resume: bool = False,
+        **kwargs,
+    ):
         ray = _ray()
         if not callable(buffer_cls):
             raise TypeError(
@@ -131,7 +140,9 @@ class RayReplayBuffer:
                 "e.g. RayReplayBuffer(OfflineToOnlineReplayBuffer, dataset, online_capacity=...)"
             )
         if ray_options is not None and not isinstance(ray_options, Mapping):
-            raise TypeError(f"ray_options must be a dict of actor options, got {type(ray_options).__name__}")
+            raise TypeError(
+                f"ray_options must be a dict of actor options, got {type(ray_options).__name__}"
+            )
         options = dict(ray_options or {})
         if options.get("max_concurrency", 1) != 1:
             raise ValueError(
@@ -140,7 +151,9 @@ class RayReplayBuffer:
                 "writes rely on; scale out with more collectors, not actor threads"
             )
         prefetch = _check_count(prefetch, "prefetch", minimum=0)
-        checkpoint_every = _check_count(checkpoint_every, "checkpoint_every", minimum=1, allow_none=True)
+        checkpoint_every = _check_count(
+            checkpoint_every, "checkpoint_every", minimum=1, allow_none=True
+        )
         if checkpoint_dir is not None:
             checkpoint_dir = os.fspath(checkpoint_dir)
             if not os.path.isabs(checkpoint_dir):
@@ -167,9 +180,17 @@ class RayReplayBuffer:
                 "network or authentication settings)"
             )
         try:
-            actor = _host_class(ray).options(**options).remote(
-                buffer_cls, args, kwargs,
-                checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=bool(resume),
+            actor = (
+                _host_class(ray)
+                .options(**options)
+                .remote(
+                    buffer_cls,
+                    args,
+                    kwargs,
+                    checkpoint_dir=checkpoint_dir,
+                    checkpoint_every=checkpoint_every,
+                    resume=bool(resume),
+                )
             )
         except TypeError as err:
             if "serialize" not in str(err):
@@ -200,7 +221,9 @@ class RayReplayBuffer:
         self._pipeline: CallPipeline | None = None  # started by the first prefetching sample
 
     @classmethod
-    def connect(cls, name: str, *, namespace: str | None = None, prefetch: int = 0, device=None) -> RayReplayBuffer:
+    def connect(
+        cls, name: str, *, namespace: str | None = None, prefetch: int = 0, device=None
+    ) -> RayReplayBuffer:
         """A handle on a buffer actor created elsewhere with ``ray_options={"name": name}``."""
         ray = _ray()
         if not ray.is_initialized():
@@ -244,7 +267,9 @@ class RayReplayBuffer:
 
     def __dir__(self):
         d = self.__dict__.get("_describe") or {}
-        return sorted(set(super().__dir__()) | set(d.get("methods", ())) | set(d.get("properties", ())))
+        return sorted(
+            set(super().__dir__()) | set(d.get("methods", ())) | set(d.get("properties", ()))
+        )
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -261,7 +286,9 @@ class RayReplayBuffer:
         words = self._packer.pack(data)
         key, row_bytes = self._packer.key, self._packer.layout.row_bytes
         method = self._actor.extend_packed
-        refs = [self._submit(method, key, words[s], kwargs, True) for s in message_slices(n, row_bytes)]
+        refs = [
+            self._submit(method, key, words[s], kwargs, True) for s in message_slices(n, row_bytes)
+        ]
         parts = self._get(refs)
         return torch.from_numpy(parts[0].copy() if len(parts) == 1 else np.concatenate(parts))
 
@@ -271,8 +298,14 @@ class RayReplayBuffer:
         words = self._packer.pack(row)  # packed as it is: no unsqueeze of the TensorDict
         return int(self._call(self._actor.extend_packed, self._packer.key, words, kwargs, True)[0])
 
-    def writer(self, *, chunk_rows: int | None = None, max_in_flight: int = 4,
-               max_message_bytes: int = MAX_MESSAGE_BYTES, **extend_kwargs):
+    def writer(
+        self,
+        *,
+        chunk_rows: int | None = None,
+        max_in_flight: int = 4,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        **extend_kwargs,
+    ):
         """A :class:`~mixreplay.distributed.RayWriter`: batched writes that do not wait.
 
         Args:
@@ -283,12 +316,23 @@ class RayReplayBuffer:
         """
         from mixreplay.distributed.writer import RayWriter
 
-        return RayWriter(self, chunk_rows=chunk_rows, max_in_flight=max_in_flight,
-                         max_message_bytes=max_message_bytes, **extend_kwargs)
+        return RayWriter(
+            self,
+            chunk_rows=chunk_rows,
+            max_in_flight=max_in_flight,
+            max_message_bytes=max_message_bytes,
+            **extend_kwargs,
+        )
 
     # -- reading ------------------------------------------------------------------------------
 
-    def sample(self, batch_size: int | None = None, *, return_info: bool = False, prefetch: int | None = None):
+    def sample(
+        self,
+        batch_size: int | None = None,
+        *,
+        return_info: bool = False,
+        prefetch: int | None = None,
+    ):
         """Draw a batch, keeping ``prefetch`` more requests in flight.
 
         With ``prefetch=k > 0`` each call returns the oldest request's batch and

@@ -71,9 +71,17 @@ class BufferHost:
     raised by every call, so the handle shows the real error, not a dead actor.
     """
 
-    def __init__(self, buffer_cls, args=(), kwargs=None, *, checkpoint_dir=None,
-                 checkpoint_every: int | None = None, resume: bool = False,
-                 restarted: bool | None = None):
+    def __init__(
+        self,
+        buffer_cls,
+        args=(),
+        kwargs=None,
+        *,
+        checkpoint_dir=None,
+        checkpoint_every: int | None = None,
+        resume: bool = False,
+        restarted: bool | None = None,
+    ):
         self._error: BaseException | None = None
         self.buffer = None
         self._layouts = LayoutCache()
@@ -89,7 +97,10 @@ class BufferHost:
             self.buffer = buffer_cls(*args, **(kwargs or {}))
             self._restore(resume)
         except Exception as err:  # noqa: BLE001 - re-raised by every call
-            log.exception("could not build %s in the buffer actor", getattr(buffer_cls, "__name__", buffer_cls))
+            log.exception(
+                "could not build %s in the buffer actor",
+                getattr(buffer_cls, "__name__", buffer_cls),
+            )
             self._error = err
 
     def _restore(self, resume: bool) -> None:
@@ -104,8 +115,10 @@ class BufferHost:
         self.buffer.loads(path)
         self._restored_from = str(path)
         log.warning(
-            "buffer actor %s: restored %d rows from %s", "restarted" if self._restarted else "resumed",
-            len(self.buffer), path,
+            "buffer actor %s: restored %d rows from %s",
+            "restarted" if self._restarted else "resumed",
+            len(self.buffer),
+            path,
         )
 
     def _buf(self):
@@ -180,7 +193,9 @@ class BufferHost:
         out = self._buf().sample(batch_size, return_info=return_info)
         batch, info = out if return_info else (out, None)
         if info is not None:
-            info = {k: v.cpu().numpy() for k, v in info.items(include_nested=True, leaves_only=True)}
+            info = {
+                k: v.cpu().numpy() for k, v in info.items(include_nested=True, leaves_only=True)
+            }
         if not isinstance(batch, TensorDictBase) or batch.batch_dims == 0:
             return None, batch, None, info
         shape = tuple(batch.batch_size)
@@ -243,5 +258,8 @@ def info_tensordict(info: dict | None, batch: int) -> TensorDict | None:
 
     td = TensorDict({}, batch_size=[batch])
     for key, value in info.items():
-        td.set(key, torch.from_numpy(value) if value.flags.writeable else torch.from_numpy(value.copy()))
+        td.set(
+            key,
+            torch.from_numpy(value) if value.flags.writeable else torch.from_numpy(value.copy()),
+        )
     return td

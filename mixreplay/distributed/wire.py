@@ -111,7 +111,9 @@ class Packer:
         return words.numpy()
 
 
-def write_row(layout: RowLayout, leaves: list[torch.Tensor], views: list[torch.Tensor], row: int) -> None:
+def write_row(
+    layout: RowLayout, leaves: list[torch.Tensor], views: list[torch.Tensor], row: int
+) -> None:
     """Write one row's leaves (no batch dim) into row ``row`` of packed group views.
 
     The single-row path of a collector: one ``cat`` per dtype group, no
@@ -142,7 +144,9 @@ class LayoutCache:
             layout = self._layouts[key] = RowLayout(Schema.from_json(json.loads(key)))
         return layout
 
-    def unpack(self, key: str, words, device: torch.device | None = None, *, writable: bool = True) -> TensorDict:
+    def unpack(
+        self, key: str, words, device: torch.device | None = None, *, writable: bool = True
+    ) -> TensorDict:
         """Rows ``words`` (numpy or tensor ``[n, W]``) as a TensorDict of views over them.
 
         With ``writable``, words Ray handed over read-only are copied first, so the

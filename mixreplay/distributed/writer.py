@@ -49,8 +49,15 @@ class RayWriter:
                 w.add(transition)
     """
 
-    def __init__(self, handle, *, chunk_rows: int | None = None, max_in_flight: int = 4,
-                 max_message_bytes: int = MAX_MESSAGE_BYTES, **extend_kwargs):
+    def __init__(
+        self,
+        handle,
+        *,
+        chunk_rows: int | None = None,
+        max_in_flight: int = 4,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        **extend_kwargs,
+    ):
         for name, value, lo in (
             ("chunk_rows", chunk_rows, 1),
             ("max_in_flight", max_in_flight, 1),
@@ -162,7 +169,9 @@ class RayWriter:
 
     def _send(self, words, n: int) -> None:
         # through the handle, so writes stay in order with its other calls (and prefetches)
-        self._pending.append(self._handle._submit(self._method, self._stage_key, words, self._kwargs, False))
+        self._pending.append(
+            self._handle._submit(self._method, self._stage_key, words, self._kwargs, False)
+        )
         self.rows_sent += n
         self.messages_sent += 1
 

@@ -17,7 +17,13 @@ import torch
 
 from mixreplay.errors import EmptyBufferError
 
-__all__ = ["PrioritizedSampler", "RandomSampler", "Sampler", "SamplerWithoutReplacement", "SliceSampler"]
+__all__ = [
+    "PrioritizedSampler",
+    "RandomSampler",
+    "Sampler",
+    "SamplerWithoutReplacement",
+    "SliceSampler",
+]
 
 
 class Sampler:

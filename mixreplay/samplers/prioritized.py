@@ -13,7 +13,9 @@ from mixreplay.samplers.sumtree import SumTree
 __all__ = ["PrioritizedSampler"]
 
 
-def _check_real(value, name: str, lo: float, hi: float = math.inf, *, open_lo: bool = False) -> float:
+def _check_real(
+    value, name: str, lo: float, hi: float = math.inf, *, open_lo: bool = False
+) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
     value = float(value)
@@ -76,12 +78,16 @@ class PrioritizedSampler(Sampler):
 
     unit = 1
 
-    def __init__(self, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, *, stratified: bool = True):
+    def __init__(
+        self, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, *, stratified: bool = True
+    ):
         self._alpha = _check_real(alpha, "PrioritizedSampler alpha", 0.0)
         self.beta = beta
         self._eps = _check_real(eps, "PrioritizedSampler eps", 0.0, open_lo=True)
         if not isinstance(stratified, bool):
-            raise TypeError(f"PrioritizedSampler stratified must be a bool, got {type(stratified).__name__} {stratified!r}")
+            raise TypeError(
+                f"PrioritizedSampler stratified must be a bool, got {type(stratified).__name__} {stratified!r}"
+            )
         self._stratified = stratified
         self._tree: SumTree | None = None
         self._filled = 0  # slots [0, _filled) hold a priority
@@ -121,7 +127,12 @@ class PrioritizedSampler(Sampler):
         return self._tree
 
     def config(self) -> dict:
-        return {"alpha": self._alpha, "beta": self._beta, "eps": self._eps, "stratified": self._stratified}
+        return {
+            "alpha": self._alpha,
+            "beta": self._beta,
+            "eps": self._eps,
+            "stratified": self._stratified,
+        }
 
     # -- bookkeeping -----------------------------------------------------------------------
 
@@ -152,7 +163,11 @@ class PrioritizedSampler(Sampler):
                 tree.update(torch.arange(filled, n, device=tree.device), self._max_priority)
         elif written != self._seen:
             # the last `new` writes ended just before the cursor
-            new = min(written - self._seen, n) if self._seen is not None and written > self._seen else n
+            new = (
+                min(written - self._seen, n)
+                if self._seen is not None and written > self._seen
+                else n
+            )
             cursor = int(getattr(storage, "cursor", n % tree.capacity))
             slots = torch.arange(cursor - new, cursor, device=tree.device) % tree.capacity
             tree.update(slots, self._max_priority)
@@ -176,7 +191,11 @@ class PrioritizedSampler(Sampler):
         if len(storage) == 0:
             raise EmptyBufferError("cannot sample: the source holds no rows; extend it first")
         tree = self._tree
-        if tree is None or self._filled != len(storage) or self._seen != getattr(storage, "write_count", None):
+        if (
+            tree is None
+            or self._filled != len(storage)
+            or self._seen != getattr(storage, "write_count", None)
+        ):
             tree = self._sync(storage)
         gdev = generator.device
         u = torch.rand(n, generator=generator, dtype=torch.float64, device=gdev)
@@ -249,7 +268,11 @@ class PrioritizedSampler(Sampler):
     def state_dict(self) -> dict:
         """The priorities of the filled slots (on CPU), the running max and the config."""
         tree = self._tree
-        priorities = torch.empty(0, dtype=torch.float64) if tree is None else tree.leaves[: self._filled].cpu().clone()
+        priorities = (
+            torch.empty(0, dtype=torch.float64)
+            if tree is None
+            else tree.leaves[: self._filled].cpu().clone()
+        )
         return {
             "priorities": priorities,
             "capacity": 0 if tree is None else tree.capacity,
@@ -272,7 +295,9 @@ class PrioritizedSampler(Sampler):
             self._tree, self._filled = None, 0
         else:
             if priorities.numel() > capacity:
-                raise ValueError(f"PrioritizedSampler state holds {priorities.numel()} priorities for a capacity of {capacity}")
+                raise ValueError(
+                    f"PrioritizedSampler state holds {priorities.numel()} priorities for a capacity of {capacity}"
+                )
             device = self._tree.device if self._tree is not None else None
             tree = SumTree(capacity, device=device)
             tree.set_leaves(priorities)

@@ -77,7 +77,9 @@ class SliceSampler(Sampler):
 
     def __init__(self, slice_len: int, *, episode_key=None, end_key=None):
         if isinstance(slice_len, bool) or not isinstance(slice_len, int):
-            raise TypeError(f"slice_len must be an int >= 1, got {type(slice_len).__name__} {slice_len!r}")
+            raise TypeError(
+                f"slice_len must be an int >= 1, got {type(slice_len).__name__} {slice_len!r}"
+            )
         if slice_len < 1:
             raise ValueError(f"slice_len must be an int >= 1, got {slice_len}")
         self.slice_len = slice_len
@@ -90,7 +92,11 @@ class SliceSampler(Sampler):
         def show(k):
             return k if k is None or len(k) > 1 else k[0]
 
-        return {"slice_len": self.slice_len, "episode_key": show(self.episode_key), "end_key": show(self.end_key)}
+        return {
+            "slice_len": self.slice_len,
+            "episode_key": show(self.episode_key),
+            "end_key": show(self.end_key),
+        }
 
     def __getstate__(self) -> dict:
         # the per-slot index is a cache of the storage's content: rebuilt, never pickled
@@ -145,7 +151,13 @@ class SliceSampler(Sampler):
         n = len(storage)
         if n > 1:
             b = self._boundaries(storage, n, _oldest(storage, n))
-            cuts = torch.cat([torch.tensor([-1], device=b.device), b.nonzero().reshape(-1), torch.tensor([n - 1], device=b.device)])
+            cuts = torch.cat(
+                [
+                    torch.tensor([-1], device=b.device),
+                    b.nonzero().reshape(-1),
+                    torch.tensor([n - 1], device=b.device),
+                ]
+            )
             longest = int((cuts[1:] - cuts[:-1]).max())
         else:
             longest = n
@@ -202,7 +214,9 @@ class SliceSampler(Sampler):
             raise EmptyBufferError("cannot sample: the source holds no rows; extend it first")
         k = n // L
         if L == 1:
-            return torch.randint(size, (k,), generator=generator, device=generator.device).to(_device(storage))
+            return torch.randint(size, (k,), generator=generator, device=generator.device).to(
+                _device(storage)
+            )
         valid = self.available(storage)
         if valid == 0:
             raise EmptyBufferError(self._too_short_message(storage))
@@ -244,7 +258,11 @@ class _SliceIndex:
         n = len(storage)
         self.cut = torch.zeros(cap, dtype=torch.bool, device=device)
         self.ok = torch.zeros(cap, dtype=torch.bool, device=device)
-        self.ids = torch.zeros(cap, dtype=torch.int64, device=device) if sampler.episode_key is not None else None
+        self.ids = (
+            torch.zeros(cap, dtype=torch.int64, device=device)
+            if sampler.episode_key is not None
+            else None
+        )
         self.count = 0  # ok.sum()
         self._slots: torch.Tensor | None = None  # valid starts, cached for the current key
         if n:
@@ -257,7 +275,12 @@ class _SliceIndex:
 
     @staticmethod
     def _key_of(storage):
-        return (id(storage), getattr(storage, "write_count", None), len(storage), int(getattr(storage, "cursor", 0)))
+        return (
+            id(storage),
+            getattr(storage, "write_count", None),
+            len(storage),
+            int(getattr(storage, "cursor", 0)),
+        )
 
     def matches(self, storage) -> bool:
         key = self._key_of(storage)
@@ -267,7 +290,9 @@ class _SliceIndex:
         """Read the boundary data of rows ``slots`` and update ``cut`` around them."""
         sampler, m = self.sampler, slots.numel()
         if self.ids is not None:
-            self.ids[slots] = sampler._ids(storage.column(sampler.episode_key).index_select(0, slots), m)
+            self.ids[slots] = sampler._ids(
+                storage.column(sampler.episode_key).index_select(0, slots), m
+            )
             # the cut before each written row changes too
             around = torch.cat([(slots - 1) % self.cap, slots])
             self.cut[around] = self.ids[around] != self.ids[(around + 1) % self.cap]

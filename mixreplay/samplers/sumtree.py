@@ -45,7 +45,9 @@ class SumTree:
 
     def __init__(self, capacity: int, device: torch.device | str | None = None):
         if isinstance(capacity, bool) or not isinstance(capacity, int):
-            raise TypeError(f"SumTree capacity must be an int >= 1, got {type(capacity).__name__} {capacity!r}")
+            raise TypeError(
+                f"SumTree capacity must be an int >= 1, got {type(capacity).__name__} {capacity!r}"
+            )
         if capacity < 1:
             raise ValueError(f"SumTree capacity must be an int >= 1, got {capacity}")
         self.capacity = capacity
@@ -57,7 +59,9 @@ class SumTree:
             sizes.append(sizes[-1] // b)
         self.depth = len(sizes) - 1  # levels below the root
         self.device = torch.device(device) if device is not None else torch.device("cpu")
-        self._levels = [torch.zeros(n, dtype=torch.float64, device=self.device) for n in reversed(sizes)]
+        self._levels = [
+            torch.zeros(n, dtype=torch.float64, device=self.device) for n in reversed(sizes)
+        ]
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -146,7 +150,9 @@ class SumTree:
         bad = ~(values >= 0) | (values == float("inf"))  # NaN fails `>= 0`
         if bool(bad.any()):
             first = values[bad][:5].tolist()
-            raise ValueError(f"SumTree values must be finite and >= 0, got {first} at slots {index[bad][:5].tolist()}")
+            raise ValueError(
+                f"SumTree values must be finite and >= 0, got {first} at slots {index[bad][:5].tolist()}"
+            )
         if index.numel() > 1:
             index, values = _last_write_wins(index, values)
         levels = self._levels
@@ -161,7 +167,9 @@ class SumTree:
         """Replace every value at once: ``values`` fills slots ``[0, len(values))``, the rest become 0."""
         values = torch.as_tensor(values, dtype=torch.float64, device=self.device).reshape(-1)
         if values.numel() > self.capacity:
-            raise ValueError(f"SumTree.set_leaves got {values.numel()} values for a capacity of {self.capacity}")
+            raise ValueError(
+                f"SumTree.set_leaves got {values.numel()} values for a capacity of {self.capacity}"
+            )
         if values.numel() and not bool(((values >= 0) & (values < float("inf"))).all()):
             raise ValueError("SumTree values must be finite and >= 0")
         levels = self._levels
@@ -199,7 +207,9 @@ class SumTree:
         return f"SumTree(capacity={self.capacity}, total={self.total():.6g}, device={self.device})"
 
 
-def _last_write_wins(index: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _last_write_wins(
+    index: torch.Tensor, values: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Keep, for each distinct slot, the value of its last occurrence in the batch."""
     slots, order = torch.sort(index, stable=True)
     last = torch.ones_like(slots, dtype=torch.bool)

@@ -97,8 +97,13 @@ class SamplerWithoutReplacement(Sampler):
 
     def state_dict(self) -> dict:
         order = torch.empty(0, dtype=torch.int64) if self._order is None else self._order.cpu()
-        return {"order": order, "pos": self._pos, "len": self._len, "ran_out": self.ran_out,
-                "started": self._order is not None}
+        return {
+            "order": order,
+            "pos": self._pos,
+            "len": self._len,
+            "ran_out": self.ran_out,
+            "started": self._order is not None,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         order = state["order"]

@@ -48,12 +48,17 @@ def nested_dict_pendulum(max_steps: int):
             self.observation_space = gym.spaces.Dict(
                 {
                     "angle": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
-                    "extra": gym.spaces.Dict({"velocity": gym.spaces.Box(-8.0, 8.0, (1,), np.float32)}),
+                    "extra": gym.spaces.Dict(
+                        {"velocity": gym.spaces.Box(-8.0, 8.0, (1,), np.float32)}
+                    ),
                 }
             )
 
         def observation(self, obs):
-            return {"angle": obs[:2].astype(np.float32), "extra": {"velocity": obs[2:].astype(np.float32)}}
+            return {
+                "angle": obs[:2].astype(np.float32),
+                "extra": {"velocity": obs[2:].astype(np.float32)},
+            }
 
     return gym.wrappers.TimeLimit(NestedDictObs(gym.make("Pendulum-v1").unwrapped), max_steps)
 
@@ -72,7 +77,9 @@ def _stack(obs_list):
     return np.stack(obs_list)
 
 
-def record(env, n_episodes: int, *, seed: int = 0, policy=None, infos: bool = False, first_id: int = 0) -> list:
+def record(
+    env, n_episodes: int, *, seed: int = 0, policy=None, infos: bool = False, first_id: int = 0
+) -> list:
     """Roll ``env`` for ``n_episodes`` (random actions unless ``policy(obs, rng)``); ids from ``first_id``."""
     rng = np.random.default_rng(seed)
     env.action_space.seed(seed)
@@ -92,8 +99,13 @@ def record(env, n_episodes: int, *, seed: int = 0, policy=None, infos: bool = Fa
             steps.append(float(len(actions)))
         episodes.append(
             EpisodeBuffer(
-                id=first_id + e, seed=seed + e, observations=_stack(observations), actions=np.stack(actions),
-                rewards=rewards, terminations=terms, truncations=truncs,
+                id=first_id + e,
+                seed=seed + e,
+                observations=_stack(observations),
+                actions=np.stack(actions),
+                rewards=rewards,
+                terminations=terms,
+                truncations=truncs,
                 infos={"step": np.asarray(steps)} if infos else {},
             )
         )
@@ -114,9 +126,14 @@ def make_minari(dataset_id: str, env, episodes) -> None:
 
 def _create(dataset_id: str, env, episodes) -> None:
     minari.create_dataset_from_buffers(
-        dataset_id=dataset_id, buffer=episodes, env=env, algorithm_name="test",
-        observation_space=env.observation_space, action_space=env.action_space,
-        author="mixreplay tests", author_email="tests@example.invalid",
+        dataset_id=dataset_id,
+        buffer=episodes,
+        env=env,
+        algorithm_name="test",
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        author="mixreplay tests",
+        author_email="tests@example.invalid",
         code_permalink="https://example.invalid/mixreplay/tests/datasets/conftest.py",
         description="a tiny dataset for mixreplay's loader tests",
     )
@@ -211,7 +228,14 @@ def d4rl_arrays(*, seed: int = 0, with_next: bool = True) -> D4RLArrays:
 def write_d4rl(path, arrays: D4RLArrays, *, drop: tuple[str, ...] = ()) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with h5py.File(path, "w") as f:
-        for name in ("observations", "actions", "rewards", "terminals", "timeouts", "next_observations"):
+        for name in (
+            "observations",
+            "actions",
+            "rewards",
+            "terminals",
+            "timeouts",
+            "next_observations",
+        ):
             value = getattr(arrays, name)
             if value is not None and name not in drop:
                 f[name] = value
@@ -238,11 +262,17 @@ def env_ted_rows(env, n: int, seed: int = 0) -> TensorDict:
     live = torch.zeros(n, 1, dtype=torch.bool)
     return TensorDict(
         {
-            "observation": f32("obs"), "action": f32("act"),
-            "done": live, "terminated": live.clone(), "truncated": live.clone(),
+            "observation": f32("obs"),
+            "action": f32("act"),
+            "done": live,
+            "terminated": live.clone(),
+            "truncated": live.clone(),
             "next": {
-                "observation": f32("nobs"), "reward": f32("rew"),
-                "done": flag("term") | flag("trunc"), "terminated": flag("term"), "truncated": flag("trunc"),
+                "observation": f32("nobs"),
+                "reward": f32("rew"),
+                "done": flag("term") | flag("trunc"),
+                "terminated": flag("term"),
+                "truncated": flag("trunc"),
             },
         },
         batch_size=[n],

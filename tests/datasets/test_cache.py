@@ -63,7 +63,10 @@ def test_convert_writes_a_memmap_dataset(tmp_path):
     ds = load_dataset(f"memmap:{out}")
     assert len(ds) == 20 and totals == [20] and sum(chunks) == 20
     assert ds.metadata["source_id"] == f"d4rl:{(tmp_path / 'x.hdf5').resolve()}"
-    assert ds.metadata["info"]["loader"] == "d4rl" and ds.metadata["info"]["options"]["dtype"] == "float32"
+    assert (
+        ds.metadata["info"]["loader"] == "d4rl"
+        and ds.metadata["info"]["options"]["dtype"] == "float32"
+    )
     with pytest.raises(FileExistsError, match="pass overwrite=True"):
         cache.convert(src, tmp_path / "out")
 

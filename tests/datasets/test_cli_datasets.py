@@ -26,16 +26,28 @@ def test_inspect_minari(minari_root, capsys):
     assert re.search(r"'observation'\s+\[2\]\s+float32", out)
     assert re.search(r"\('next', 'terminated'\)\s+\[1\]\s+bool", out)
     returns = np.array([np.float32(ep.rewards).astype(np.float64).sum() for ep in eps])
-    expected = (
-        f"mean {returns.mean():.4g}  std {returns.std(ddof=1):.4g}  min {returns.min():.4g}  max {returns.max():.4g}"
-    )
+    expected = f"mean {returns.mean():.4g}  std {returns.std(ddof=1):.4g}  min {returns.min():.4g}  max {returns.max():.4g}"
     assert f"per episode over 3 episodes: {expected}" in out
     assert "episode ends  2 terminated, 1 truncated" in out
 
 
 def test_inspect_with_options(minari_root, capsys):
-    assert main(["inspect", f"minari:{PENDULUM}", "--dtype", "keep", "--keys", "observation", "next.reward",
-                 "--rename", "next.reward=reward"]) == 0
+    assert (
+        main(
+            [
+                "inspect",
+                f"minari:{PENDULUM}",
+                "--dtype",
+                "keep",
+                "--keys",
+                "observation",
+                "next.reward",
+                "--rename",
+                "next.reward=reward",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert re.search(r"'reward'\s+\[1\]\s+float64", out)
     assert "returns       n/a (no ('next', 'reward') key)" in out
@@ -54,7 +66,9 @@ def test_convert_then_open_as_memmap(minari_root, tmp_path, capsys):
     assert f"wrote 36 rows in 3 episodes to {dest}" in capsys.readouterr().out
     ds = load_dataset(f"memmap:{dest}")
     cached = load_dataset(f"minari:{PENDULUM}")
-    assert ds.schema == cached.schema and ds.episode_starts.tolist() == cached.episode_starts.tolist()
+    assert (
+        ds.schema == cached.schema and ds.episode_starts.tolist() == cached.episode_starts.tolist()
+    )
     assert (ds[:] == cached[:]).all()
     # any ID converts, memmap: included
     assert main(["convert", f"memmap:{dest}", str(tmp_path / "copy")]) == 0
@@ -64,7 +78,12 @@ def test_convert_then_open_as_memmap(minari_root, tmp_path, capsys):
 
 def test_convert_d4rl_with_options(tmp_path, capsys):
     write_d4rl(tmp_path / "x.hdf5", d4rl_arrays())
-    assert main(["convert", f"d4rl:{tmp_path / 'x.hdf5'}", str(tmp_path / "out"), "--dtype", "float64"]) == 0
+    assert (
+        main(
+            ["convert", f"d4rl:{tmp_path / 'x.hdf5'}", str(tmp_path / "out"), "--dtype", "float64"]
+        )
+        == 0
+    )
     ds = load_dataset(f"memmap:{tmp_path / 'out'}")
     assert str(ds.schema["observation"].dtype) == "torch.float64"
 
@@ -79,13 +98,31 @@ def test_convert_refuses_to_overwrite(minari_root, tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv, match",
     [
-        (["inspect", "minari:test/absent-v0"], r"mixreplay: error: Minari dataset 'test/absent-v0' not found"),
+        (
+            ["inspect", "minari:test/absent-v0"],
+            r"mixreplay: error: Minari dataset 'test/absent-v0' not found",
+        ),
         (["inspect", "d4rl:nope-v2"], r"mixreplay: error: D4RL dataset 'nope-v2' not found"),
-        (["convert", "minari:test/absent-v0", "out"], r"mixreplay: error: Minari dataset 'test/absent-v0' not found"),
-        (["inspect", "memmap:/nonexistent/dir"], r"mixreplay: error: no dataset directory at /nonexistent/dir"),
-        (["inspect", f"minari:{PENDULUM}", "--keys", "obs"], r"mixreplay: error: key 'obs' not found"),
-        (["inspect", "memmap:somewhere", "--dtype", "keep"], r"error: --dtype apply to minari: and d4rl: IDs only, not to memmap: IDs"),
-        (["convert", "d4rl:x-v2", "out", "--download"], r"error: --download applies to minari: IDs only"),
+        (
+            ["convert", "minari:test/absent-v0", "out"],
+            r"mixreplay: error: Minari dataset 'test/absent-v0' not found",
+        ),
+        (
+            ["inspect", "memmap:/nonexistent/dir"],
+            r"mixreplay: error: no dataset directory at /nonexistent/dir",
+        ),
+        (
+            ["inspect", f"minari:{PENDULUM}", "--keys", "obs"],
+            r"mixreplay: error: key 'obs' not found",
+        ),
+        (
+            ["inspect", "memmap:somewhere", "--dtype", "keep"],
+            r"error: --dtype apply to minari: and d4rl: IDs only, not to memmap: IDs",
+        ),
+        (
+            ["convert", "d4rl:x-v2", "out", "--download"],
+            r"error: --download applies to minari: IDs only",
+        ),
     ],
 )
 def test_errors_are_reported_not_raised(minari_root, argv, match, capsys):

@@ -50,13 +50,18 @@ def test_stored_next_observations_keep_every_row(tmp_path):
     assert torch.equal(td["observation"], torch.as_tensor(a.observations))
     assert torch.equal(td["next", "observation"], torch.as_tensor(a.next_observations))
     assert torch.equal(td["action"], torch.as_tensor(a.actions))
-    assert torch.equal(td["next", "reward"], torch.as_tensor(a.rewards, dtype=torch.float32).unsqueeze(-1))
+    assert torch.equal(
+        td["next", "reward"], torch.as_tensor(a.rewards, dtype=torch.float32).unsqueeze(-1)
+    )
     assert torch.equal(td["next", "terminated"].squeeze(-1), torch.as_tensor(a.terminals))
     assert torch.equal(td["next", "truncated"].squeeze(-1), torch.as_tensor(a.timeouts))
     assert torch.equal(td["next", "done"].squeeze(-1), torch.as_tensor(a.terminals | a.timeouts))
     assert not td["done"].any() and not td["terminated"].any() and not td["truncated"].any()
     assert ds.episode_starts.tolist() == [0, 4, 9, 12, 16]
-    assert ds.metadata["info"]["next_observation"] == "stored" and ds.metadata["info"]["dropped_rows"] == 0
+    assert (
+        ds.metadata["info"]["next_observation"] == "stored"
+        and ds.metadata["info"]["dropped_rows"] == 0
+    )
     # a timeout is a truncation, never a termination
     assert not (td["next", "terminated"] & torch.as_tensor(a.timeouts).unsqueeze(-1)).any()
     assert ds.schema["next", "reward"].dtype == torch.float32
@@ -76,7 +81,9 @@ def test_derived_next_observations_follow_qlearning_dataset(tmp_path, monkeypatc
     src = torch.as_tensor(a.observations)
     assert torch.equal(td["observation"], src[ref])
     assert torch.equal(td["action"], torch.as_tensor(a.actions)[ref])
-    assert torch.equal(td["next", "reward"].squeeze(-1), torch.as_tensor(a.rewards, dtype=torch.float32)[ref])
+    assert torch.equal(
+        td["next", "reward"].squeeze(-1), torch.as_tensor(a.rewards, dtype=torch.float32)[ref]
+    )
     terminal = torch.as_tensor(a.terminals)[ref]
     assert torch.equal(td["next", "terminated"].squeeze(-1), terminal)
     # next observation: the next row of the same episode; zeros after a terminal step
@@ -108,7 +115,9 @@ def test_keep_infos_at_the_root(tmp_path):
     a = d4rl_arrays()
     write_d4rl(tmp_path / "x.hdf5", a)
     ds = load_dataset(f"d4rl:{tmp_path / 'x.hdf5'}", keep_infos=True)
-    assert ds.schema["info", "qpos"].dtype == torch.float32 and ds.schema["info", "qpos"].shape == (4,)
+    assert ds.schema["info", "qpos"].dtype == torch.float32 and ds.schema["info", "qpos"].shape == (
+        4,
+    )
     torch.testing.assert_close(ds[:]["info", "qpos"], torch.as_tensor(a.qpos, dtype=torch.float32))
     assert ("info", "qpos") not in load_dataset(f"d4rl:{tmp_path / 'x.hdf5'}").schema
     ds64 = load_dataset(f"d4rl:{tmp_path / 'x.hdf5'}", keep_infos=True, dtype=None)
@@ -119,8 +128,13 @@ def test_keep_infos_at_the_root(tmp_path):
 def test_mixes_with_online_rows(tmp_path, make_rows):
     a = d4rl_arrays()
     write_d4rl(tmp_path / "x.hdf5", a)
-    rb = OfflineToOnlineReplayBuffer(f"d4rl:{tmp_path / 'x.hdf5'}", online_capacity=50, batch_size=10,
-                                     generator=0, source_key="source")
+    rb = OfflineToOnlineReplayBuffer(
+        f"d4rl:{tmp_path / 'x.hdf5'}",
+        online_capacity=50,
+        batch_size=10,
+        generator=0,
+        source_key="source",
+    )
     online = make_rows(5, obs_dim=3, act_dim=2)
     rb.extend(online)
     assert rb.sample()["source"].bincount().tolist() == [5, 5]
@@ -133,8 +147,14 @@ def test_mixes_with_online_rows(tmp_path, make_rows):
     "name, files",
     [
         ("hopper-medium-v2", ["hopper-medium-v2.hdf5", "hopper_medium-v2.hdf5"]),
-        ("walker2d-medium-replay-v2", ["walker2d-medium-replay-v2.hdf5", "walker2d_medium_replay-v2.hdf5"]),
-        ("halfcheetah-full-replay-v1", ["halfcheetah-full-replay-v1.hdf5", "halfcheetah_full_replay-v1.hdf5"]),
+        (
+            "walker2d-medium-replay-v2",
+            ["walker2d-medium-replay-v2.hdf5", "walker2d_medium_replay-v2.hdf5"],
+        ),
+        (
+            "halfcheetah-full-replay-v1",
+            ["halfcheetah-full-replay-v1.hdf5", "halfcheetah_full_replay-v1.hdf5"],
+        ),
         ("hopper-medium-expert-v0", ["hopper-medium-expert-v0.hdf5", "hopper_medium_expert.hdf5"]),
         ("walker2d-medium-replay-v0", ["walker2d-medium-replay-v0.hdf5", "walker_mixed.hdf5"]),
         ("ant-medium-replay-v0", ["ant-medium-replay-v0.hdf5", "ant_mixed.hdf5"]),
@@ -200,13 +220,19 @@ def test_cache_hit_needs_no_h5py(tmp_path, monkeypatch):
 def test_missing_h5py(tmp_path, monkeypatch):
     write_d4rl(tmp_path / "x.hdf5", d4rl_arrays())
     monkeypatch.setitem(sys.modules, "h5py", None)
-    with pytest.raises(MissingDependencyError, match=r'needs the optional package \'h5py\'.*pip install "mixreplay\[d4rl\]"'):
+    with pytest.raises(
+        MissingDependencyError,
+        match=r'needs the optional package \'h5py\'.*pip install "mixreplay\[d4rl\]"',
+    ):
         load_dataset(f"d4rl:{tmp_path / 'x.hdf5'}")
 
 
 def test_unknown_name_lists_what_was_tried(d4rl_dir):
-    with pytest.raises(DatasetNotFoundError, match=r"D4RL dataset 'hopper-medium-v2' not found in .*d4rl \(D4RL_DATASET_DIR.*"
-                       r"looked for hopper-medium-v2.hdf5, hopper_medium-v2.hdf5.*never downloads"):
+    with pytest.raises(
+        DatasetNotFoundError,
+        match=r"D4RL dataset 'hopper-medium-v2' not found in .*d4rl \(D4RL_DATASET_DIR.*"
+        r"looked for hopper-medium-v2.hdf5, hopper_medium-v2.hdf5.*never downloads",
+    ):
         load_dataset("d4rl:hopper-medium-v2")
 
 
@@ -217,7 +243,10 @@ def test_missing_path(tmp_path):
 
 def test_missing_key(tmp_path):
     write_d4rl(tmp_path / "x.hdf5", d4rl_arrays(), drop=("timeouts",))
-    with pytest.raises(DatasetError, match=r"is not in the D4RL layout: key 'timeouts' not found in a file with keys \["):
+    with pytest.raises(
+        DatasetError,
+        match=r"is not in the D4RL layout: key 'timeouts' not found in a file with keys \[",
+    ):
         load_dataset(f"d4rl:{tmp_path / 'x.hdf5'}")
 
 
@@ -225,7 +254,9 @@ def test_length_mismatch(tmp_path):
     a = d4rl_arrays()
     a.actions = a.actions[:-1]
     write_d4rl(tmp_path / "x.hdf5", a)
-    with pytest.raises(DatasetError, match=r"one entry per row \(20 observations\), but actions has 19"):
+    with pytest.raises(
+        DatasetError, match=r"one entry per row \(20 observations\), but actions has 19"
+    ):
         load_dataset(f"d4rl:{tmp_path / 'x.hdf5'}")
 
 
@@ -243,7 +274,10 @@ def test_empty_id():
 # -- the row plan, as a property -----------------------------------------------------------------
 
 flags = st.lists(st.sampled_from(["", "terminal", "timeout", "both"]), min_size=1, max_size=40).map(
-    lambda xs: (np.array([x in ("terminal", "both") for x in xs]), np.array([x in ("timeout", "both") for x in xs]))
+    lambda xs: (
+        np.array([x in ("terminal", "both") for x in xs]),
+        np.array([x in ("timeout", "both") for x in xs]),
+    )
 )
 
 

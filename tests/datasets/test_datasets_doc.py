@@ -15,7 +15,11 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "datasets.md"
 def _blocks() -> list[str]:
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
     # blocks of comments only show calls on data this machine does not have
-    return [b for b in blocks if any(line.strip() and not line.lstrip().startswith("#") for line in b.splitlines())]
+    return [
+        b
+        for b in blocks
+        if any(line.strip() and not line.lstrip().startswith("#") for line in b.splitlines())
+    ]
 
 
 @pytest.mark.parametrize("index", range(len(_blocks())))
@@ -23,4 +27,7 @@ def test_doc_python_blocks_run(index, tmp_path, monkeypatch):
     # in this process (warnings are errors here too); the autouse fixture has already sent
     # every data root to a temp dir
     monkeypatch.chdir(tmp_path)
-    exec(compile(_blocks()[index], f"{DOC.name} block {index}", "exec"), {"__name__": "__doc_block__"})
+    exec(
+        compile(_blocks()[index], f"{DOC.name} block {index}", "exec"),
+        {"__name__": "__doc_block__"},
+    )

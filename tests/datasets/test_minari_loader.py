@@ -37,8 +37,16 @@ from tests.datasets.conftest import (
 )
 
 TED_KEYS = {
-    ("observation",), ("action",), ("done",), ("terminated",), ("truncated",),
-    ("next", "observation"), ("next", "reward"), ("next", "done"), ("next", "terminated"), ("next", "truncated"),
+    ("observation",),
+    ("action",),
+    ("done",),
+    ("terminated",),
+    ("truncated",),
+    ("next", "observation"),
+    ("next", "reward"),
+    ("next", "done"),
+    ("next", "terminated"),
+    ("next", "truncated"),
 }
 
 
@@ -58,7 +66,9 @@ def check_rows(ds, episodes, obs_key=("observation",), leaf=lambda obs: obs):
         torch.testing.assert_close(rows.get(obs_key), obs[:-1], rtol=0, atol=0)
         torch.testing.assert_close(rows.get(("next",) + obs_key), obs[1:], rtol=0, atol=0)
         torch.testing.assert_close(rows["action"], f32(ep.actions).reshape(n, -1), rtol=0, atol=0)
-        torch.testing.assert_close(rows["next", "reward"], f32(ep.rewards).reshape(n, 1), rtol=0, atol=0)
+        torch.testing.assert_close(
+            rows["next", "reward"], f32(ep.rewards).reshape(n, 1), rtol=0, atol=0
+        )
         term = torch.as_tensor(ep.terminations).reshape(n, 1)
         trunc = torch.as_tensor(ep.truncations).reshape(n, 1)
         assert torch.equal(rows["next", "terminated"], term)
@@ -101,14 +111,20 @@ def test_mountaincar_terminations_and_truncations(minari_root):
     check_rows(ds, eps)
     ends = ds.episode_starts[1:].tolist() + [len(ds)]
     td = ds[:]
-    assert td["next", "terminated"].squeeze(-1).nonzero().squeeze(-1).tolist() == [e - 1 for e in ends[:2]]
+    assert td["next", "terminated"].squeeze(-1).nonzero().squeeze(-1).tolist() == [
+        e - 1 for e in ends[:2]
+    ]
     assert td["next", "truncated"].squeeze(-1).nonzero().squeeze(-1).tolist() == [ends[2] - 1]
 
 
 def test_nested_dict_observations_keep_their_structure(minari_root):
     eps = minari_root[DICTOBS].episodes
     ds = load_dataset(f"minari:{DICTOBS}")
-    assert ("observation", "angle") in ds.schema and ("observation", "extra", "velocity") in ds.schema
+    assert ("observation", "angle") in ds.schema and (
+        "observation",
+        "extra",
+        "velocity",
+    ) in ds.schema
     assert ds.schema["observation", "extra", "velocity"].shape == (1,)
     check_rows(ds, eps, ("observation", "angle"), lambda o: o["angle"])
     check_rows(ds, eps, ("observation", "extra", "velocity"), lambda o: o["extra"]["velocity"])
@@ -137,7 +153,9 @@ def test_dtype_none_keeps_minaris_float64_rewards(minari_root):
 
 def test_keys_rename_and_dtype_mapping(minari_root):
     ds = load_dataset(
-        f"minari:{PENDULUM}", keys=["observation", "action", "next"], rename={"observation": "obs"},
+        f"minari:{PENDULUM}",
+        keys=["observation", "action", "next"],
+        rename={"observation": "obs"},
         dtype={("next", "reward"): "float64"},
     )
     assert ("obs",) in ds.schema and ("observation",) not in ds.schema
@@ -173,7 +191,9 @@ def test_mixed_sample_with_online_rows_from_the_same_env(minari_root):
 
 
 def test_prefill_copies_every_row(minari_root):
-    rb = prefill_replay_buffer(ReplayBuffer(storage=LazyTensorStorage(100)), f"minari:{PENDULUM}", chunk_size=7)
+    rb = prefill_replay_buffer(
+        ReplayBuffer(storage=LazyTensorStorage(100)), f"minari:{PENDULUM}", chunk_size=7
+    )
     ds = load_dataset(f"minari:{PENDULUM}")
     assert len(rb) == len(ds)
     assert torch.equal(rb[:]["observation"], ds[:]["observation"])
@@ -256,8 +276,11 @@ def test_cache_dir_option(minari_root, tmp_path):
 
 def test_missing_dataset_names_the_root_and_the_option(tmp_path, monkeypatch):
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "empty"))
-    with pytest.raises(DatasetNotFoundError, match=r"'test/absent-v0' not found: searched .*empty.*test/absent-v0 "
-                       r"in the Minari root .*empty \(set by MINARI_DATASETS_PATH.*download=True"):
+    with pytest.raises(
+        DatasetNotFoundError,
+        match=r"'test/absent-v0' not found: searched .*empty.*test/absent-v0 "
+        r"in the Minari root .*empty \(set by MINARI_DATASETS_PATH.*download=True",
+    ):
         load_dataset("minari:test/absent-v0")
 
 
@@ -287,33 +310,58 @@ def test_failed_download_is_a_dataset_error(monkeypatch):
         raise ConnectionError("no network")
 
     monkeypatch.setattr(minari, "download_dataset", broken)
-    with pytest.raises(DatasetError, match="Minari could not download 'test/absent-v0': no network"):
+    with pytest.raises(
+        DatasetError, match="Minari could not download 'test/absent-v0': no network"
+    ):
         load_dataset("minari:test/absent-v0", download=True)
 
 
 @pytest.mark.parametrize("bad", ["test/pendulum.v0", "no version", "a//b-v0"])
 def test_malformed_id(bad):
-    with pytest.raises(DatasetError, match=r"is not a Minari dataset ID: write it as \(namespace/\)name-vN"):
+    with pytest.raises(
+        DatasetError, match=r"is not a Minari dataset ID: write it as \(namespace/\)name-vN"
+    ):
         load_dataset(f"minari:{bad}")
 
 
 def test_missing_minari_package(monkeypatch):
     monkeypatch.setitem(sys.modules, "minari", None)
-    with pytest.raises(MissingDependencyError, match=r'needs the optional package \'minari\'.*pip install "mixreplay\[minari\]"'):
+    with pytest.raises(
+        MissingDependencyError,
+        match=r'needs the optional package \'minari\'.*pip install "mixreplay\[minari\]"',
+    ):
         load_dataset(f"minari:{PENDULUM}")
 
 
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"keys": ["obs"]}, r"key 'obs' not found in minari:test/pendulum-v0 with keys \['observation', 'action'"),
-        ({"rename": {"reward": "r"}}, r"cannot rename 'reward': not found in minari:test/pendulum-v0"),
-        ({"rename": {"observation": "action"}}, r"rename maps both 'observation' and 'action' to 'action'|"
-                                                r"rename maps both 'action' and 'observation' to 'action'"),
-        ({"rename": {"action": ("observation", "a")}}, r"'observation' is both a leaf and the parent of"),
-        ({"dtype": {"reward": "float64"}}, r"dtype names key 'reward', not found in minari:test/pendulum-v0"),
+        (
+            {"keys": ["obs"]},
+            r"key 'obs' not found in minari:test/pendulum-v0 with keys \['observation', 'action'",
+        ),
+        (
+            {"rename": {"reward": "r"}},
+            r"cannot rename 'reward': not found in minari:test/pendulum-v0",
+        ),
+        (
+            {"rename": {"observation": "action"}},
+            r"rename maps both 'observation' and 'action' to 'action'|"
+            r"rename maps both 'action' and 'observation' to 'action'",
+        ),
+        (
+            {"rename": {"action": ("observation", "a")}},
+            r"'observation' is both a leaf and the parent of",
+        ),
+        (
+            {"dtype": {"reward": "float64"}},
+            r"dtype names key 'reward', not found in minari:test/pendulum-v0",
+        ),
         ({"dtype": "int64"}, r"must be a floating dtype; cast other keys with a mapping"),
-        ({"dtype": "float33"}, r"dtype must be a dtype such as 'float32' or torch.float32, got 'float33'"),
+        (
+            {"dtype": "float33"},
+            r"dtype must be a dtype such as 'float32' or torch.float32, got 'float33'",
+        ),
     ],
 )
 def test_policy_errors(minari_root, kwargs, match):
@@ -329,7 +377,10 @@ def test_string_infos_are_rejected_with_keep_infos(monkeypatch):
 
     make_minari(PENDULUM, env, eps)
     assert len(load_dataset(f"minari:{PENDULUM}")) == 12  # dropped by default
-    with pytest.raises(DatasetError, match=r"key \('next', 'info', 'label'\) holds \|S1 values, not numbers.*keep_infos"):
+    with pytest.raises(
+        DatasetError,
+        match=r"key \('next', 'info', 'label'\) holds \|S1 values, not numbers.*keep_infos",
+    ):
         load_dataset(f"minari:{PENDULUM}", keep_infos=True)
 
 

@@ -30,9 +30,12 @@ def dtypes(out: dict) -> dict:
 def test_default_casts_every_floating_leaf_to_float32():
     out = RowPolicy().apply(rows())
     assert dtypes(out) == {
-        ("observation", "pos"): torch.float32, ("observation", "vel"): torch.float32,
-        ("action",): torch.float32, ("done",): torch.bool,
-        ("next", "reward"): torch.float32, ("next", "count"): torch.int64,
+        ("observation", "pos"): torch.float32,
+        ("observation", "vel"): torch.float32,
+        ("action",): torch.float32,
+        ("done",): torch.bool,
+        ("next", "reward"): torch.float32,
+        ("next", "count"): torch.int64,
     }
 
 
@@ -48,7 +51,9 @@ def test_other_floating_dtype_and_torch_dtypes():
 
 
 def test_mapping_casts_only_named_keys_after_renaming():
-    policy = RowPolicy(rename={("next", "count"): "count"}, dtype={"count": "float32", "observation": "float16"})
+    policy = RowPolicy(
+        rename={("next", "count"): "count"}, dtype={"count": "float32", "observation": "float16"}
+    )
     out = policy.apply(rows())
     assert out[("count",)].dtype == torch.float32
     assert out[("observation", "pos")].dtype == torch.float16
@@ -56,8 +61,14 @@ def test_mapping_casts_only_named_keys_after_renaming():
 
 
 def test_select_subtrees_and_rename_subtrees():
-    policy = RowPolicy(keys=["observation", ("next", "reward")], rename={"observation": ("obs", "state")})
-    assert set(policy.apply(rows())) == {("obs", "state", "pos"), ("obs", "state", "vel"), ("next", "reward")}
+    policy = RowPolicy(
+        keys=["observation", ("next", "reward")], rename={"observation": ("obs", "state")}
+    )
+    assert set(policy.apply(rows())) == {
+        ("obs", "state", "pos"),
+        ("obs", "state", "vel"),
+        ("next", "reward"),
+    }
 
 
 def test_a_single_key_string_selects_it():
@@ -82,10 +93,22 @@ def test_bad_policies(kwargs, match):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"keys": ["reward"]}, r"key 'reward' not found in the source with keys \[\('observation', 'pos'\)"),
-        ({"keys": ["action"], "rename": {"done": "d"}}, r"cannot rename 'done': not found in the source with keys \['action'\]"),
-        ({"rename": {"action": "done"}}, r"rename maps both 'action' and 'done' to 'done'|rename maps both 'done' and 'action'"),
-        ({"rename": {"done": ("action", "x")}}, r"'action' is both a leaf and the parent of \('action', 'x'\)"),
+        (
+            {"keys": ["reward"]},
+            r"key 'reward' not found in the source with keys \[\('observation', 'pos'\)",
+        ),
+        (
+            {"keys": ["action"], "rename": {"done": "d"}},
+            r"cannot rename 'done': not found in the source with keys \['action'\]",
+        ),
+        (
+            {"rename": {"action": "done"}},
+            r"rename maps both 'action' and 'done' to 'done'|rename maps both 'done' and 'action'",
+        ),
+        (
+            {"rename": {"done": ("action", "x")}},
+            r"'action' is both a leaf and the parent of \('action', 'x'\)",
+        ),
         ({"dtype": {"reward": "float64"}}, r"dtype names key 'reward', not found in the source"),
     ],
 )
@@ -95,7 +118,11 @@ def test_policies_that_do_not_fit_the_source(kwargs, match):
 
 
 def test_repr_eq_json_pickle():
-    a = RowPolicy(keys=["observation", ("next", "reward")], rename={"observation": "obs"}, dtype={"obs": "float64"})
+    a = RowPolicy(
+        keys=["observation", ("next", "reward")],
+        rename={"observation": "obs"},
+        dtype={"obs": "float64"},
+    )
     assert repr(a) == (
         "RowPolicy(keys=['observation', ('next', 'reward')], rename={'observation': 'obs'}, dtype={'obs': 'float64'})"
     )
@@ -109,5 +136,10 @@ def test_repr_eq_json_pickle():
 def test_flat_leaves_and_nest():
     tree = {"a": np.zeros(1), "b": {"c": np.ones(1)}, "t": (np.zeros(1), np.ones(1))}
     flat = flat_leaves(tree, ("observation",))
-    assert set(flat) == {("observation", "a"), ("observation", "b", "c"), ("observation", "t", "0"), ("observation", "t", "1")}
+    assert set(flat) == {
+        ("observation", "a"),
+        ("observation", "b", "c"),
+        ("observation", "t", "0"),
+        ("observation", "t", "1"),
+    }
     assert set(nest(flat)["observation"]["t"]) == {"0", "1"}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import time
 
 import pytest
 
@@ -64,9 +63,7 @@ def check_outputs(out, *, seeds: int, steps: int, eval_every: int):
 
 def test_quick_run_writes_well_formed_outputs(tmp_path, capsys, demo_roots):
     out = tmp_path / "quick"
-    start = time.perf_counter()
     assert run_demo(parse("--quick", "--out", str(out))) == 0
-    wall = time.perf_counter() - start
     records = check_outputs(
         out, seeds=QUICK["seeds"], steps=QUICK["steps"], eval_every=QUICK["eval_every"]
     )
@@ -79,7 +76,6 @@ def test_quick_run_writes_well_formed_outputs(tmp_path, capsys, demo_roots):
     ).exists()
     assert any(demo_roots["mixreplay"].rglob("metadata.json"))
     assert {r["offline_fraction"] for r in records if r["arm"] == "mixed"} == {0.5}
-    assert wall < 90, f"--quick took {wall:.0f} s"
 
 
 @pytest.mark.slow

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import multiprocessing
 
 import gymnasium as gym
 import numpy as np
@@ -105,8 +105,7 @@ def test_a_failing_run_raises_in_the_parent():
         arm="mixed", seed=0, steps=10, dataset_id="minari:mixreplay/missing-v0", sac=SMALL_SAC
     )
     endless = RunSpec(arm="online", seed=0, steps=10_000_000, sac=SMALL_SAC)
-    start = time.perf_counter()
     with pytest.raises(DatasetNotFoundError, match="missing"):
         run_specs([endless, bad], workers=2)
-    # the sibling run is stopped, not waited for
-    assert time.perf_counter() - start < 60
+    # the endless sibling run was stopped, not waited for: no worker process is left
+    assert multiprocessing.active_children() == []

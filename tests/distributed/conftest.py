@@ -25,7 +25,13 @@ def ray_cluster():
     mp.setenv("RAY_AUTH_MODE", "disabled")
     # Ray's socket paths must stay short: a temp dir directly under the system temp root.
     with tempfile.TemporaryDirectory(prefix="mixreplay-ray-") as temp_dir:
-        ray.init(num_cpus=2, _temp_dir=temp_dir, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        ray.init(
+            num_cpus=2,
+            _temp_dir=temp_dir,
+            include_dashboard=False,
+            logging_level="ERROR",
+            log_to_driver=False,
+        )
         try:
             yield SimpleNamespace(ray=ray, home_ray_existed=existed)
         finally:

@@ -15,14 +15,22 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def test_distributed_collectors_example_runs(monkeypatch):
     ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'mixreplay[ray]'")
-    pytest.importorskip("gymnasium", reason="the example needs gymnasium: pip install 'mixreplay[demo]'")
+    pytest.importorskip(
+        "gymnasium", reason="the example needs gymnasium: pip install 'mixreplay[demo]'"
+    )
     if ray.is_initialized():
-        pytest.skip("the example starts its own Ray cluster; one is already running in this process")
-    spec = importlib.util.spec_from_file_location("distributed_collectors", ROOT / "examples" / "distributed_collectors.py")
+        pytest.skip(
+            "the example starts its own Ray cluster; one is already running in this process"
+        )
+    spec = importlib.util.spec_from_file_location(
+        "distributed_collectors", ROOT / "examples" / "distributed_collectors.py"
+    )
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     with tempfile.TemporaryDirectory(prefix="mixreplay-ray-") as ray_tmp:  # short socket paths
-        monkeypatch.setenv("RAY_TMPDIR", ray_tmp)  # (RAY_AUTH_MODE=disabled comes from tests/conftest.py)
+        monkeypatch.setenv(
+            "RAY_TMPDIR", ray_tmp
+        )  # (RAY_AUTH_MODE=disabled comes from tests/conftest.py)
         out = example.main(["--updates", "40", "--offline", "1000", "--round-steps", "20"])
     assert out["updates"] == 40
     assert out["env_steps"] >= 40

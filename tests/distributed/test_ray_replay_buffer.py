@@ -61,16 +61,25 @@ def hopper_rows(n: int, tag: float = 0.0, start: int = 0) -> TensorDict:
 
 @pytest.fixture(scope="module")
 def offline_path(tmp_path_factory):
-    return write_memmap_dataset(tmp_path_factory.mktemp("data") / "offline", hopper_rows(OFFLINE, tag=-1.0))
+    return write_memmap_dataset(
+        tmp_path_factory.mktemp("data") / "offline", hopper_rows(OFFLINE, tag=-1.0)
+    )
 
 
 def local_buffer(path, **kw) -> OfflineToOnlineReplayBuffer:
-    return OfflineToOnlineReplayBuffer(f"memmap:{path}", online_capacity=5000, batch_size=64, generator=0, **kw)
+    return OfflineToOnlineReplayBuffer(
+        f"memmap:{path}", online_capacity=5000, batch_size=64, generator=0, **kw
+    )
 
 
 def remote_buffer(path, **kw) -> RayReplayBuffer:
     return RayReplayBuffer(
-        OfflineToOnlineReplayBuffer, f"memmap:{path}", online_capacity=5000, batch_size=64, generator=0, **kw
+        OfflineToOnlineReplayBuffer,
+        f"memmap:{path}",
+        online_capacity=5000,
+        batch_size=64,
+        generator=0,
+        **kw,
     )
 
 
@@ -102,9 +111,13 @@ def collect_forever(rb):
         i += 100
 
 
-def test_collectors_in_other_processes_extend_one_buffer_through_a_pickled_handle(ray_cluster, offline_path):
+def test_collectors_in_other_processes_extend_one_buffer_through_a_pickled_handle(
+    ray_cluster, offline_path
+):
     rb = remote_buffer(offline_path, ray_options={"name": "mixreplay-test-buffer"})
-    pids = ray.get([collect.remote(rb, 1.0, 300, None), collect.remote(rb, 2.0, 250, 40)], timeout=120)
+    pids = ray.get(
+        [collect.remote(rb, 1.0, 300, None), collect.remote(rb, 2.0, 250, 40)], timeout=120
+    )
     assert os.getpid() not in pids
     assert len(rb) == OFFLINE + 550
     online = stored_online_rows(rb)
@@ -124,7 +137,10 @@ def test_collectors_in_other_processes_extend_one_buffer_through_a_pickled_handl
     rb.anneal(1, 4)
     assert rb.offline_fraction == pytest.approx(0.375)
     assert {"extend", "sample", "set_step", "update_priority", "dumps", "loads"} <= set(dir(rb))
-    with pytest.raises(AttributeError, match=r"hosting OfflineToOnlineReplayBuffer has no attribute 'nope'; methods: \[.*'sample'"):
+    with pytest.raises(
+        AttributeError,
+        match=r"hosting OfflineToOnlineReplayBuffer has no attribute 'nope'; methods: \[.*'sample'",
+    ):
         rb.nope  # noqa: B018
     # a writer's error surfaces when it next waits, naming the key
     w = rb.writer()
@@ -169,7 +185,9 @@ def test_exact_split_and_prefetched_batches_match_a_local_buffer(ray_cluster, of
     rb.kill()
 
 
-def test_a_dying_collector_leaves_the_buffer_serving_and_a_dead_buffer_raises(ray_cluster, offline_path):
+def test_a_dying_collector_leaves_the_buffer_serving_and_a_dead_buffer_raises(
+    ray_cluster, offline_path
+):
     rb = remote_buffer(offline_path)
     ref = collect_forever.remote(rb)
     deadline = time.monotonic() + 60
@@ -198,7 +216,12 @@ def test_a_dying_collector_leaves_the_buffer_serving_and_a_dead_buffer_raises(ra
 
 def test_a_restarted_actor_reloads_its_last_checkpoint(ray_cluster, offline_path, tmp_path):
     ckpt = tmp_path / "ckpt"
-    rb = remote_buffer(offline_path, ray_options={"max_restarts": 1}, checkpoint_dir=str(ckpt), checkpoint_every=100)
+    rb = remote_buffer(
+        offline_path,
+        ray_options={"max_restarts": 1},
+        checkpoint_dir=str(ckpt),
+        checkpoint_every=100,
+    )
     for i in range(5):  # 250 rows: checkpoints after 100 and 200; the last 50 are not saved
         rb.extend(hopper_rows(50, 1.0, start=50 * i))
     rb.sample()
@@ -229,12 +252,16 @@ def test_a_restarted_actor_reloads_its_last_checkpoint(ray_cluster, offline_path
 def test_construction_errors_surface_where_the_buffer_is_created(ray_cluster, tmp_path):
     missing = tmp_path / "missing"
     with (
-        pytest.warns(UserWarning, match="without checkpoint_dir: a restarted buffer actor comes back empty"),
+        pytest.warns(
+            UserWarning, match="without checkpoint_dir: a restarted buffer actor comes back empty"
+        ),
         pytest.raises(DatasetNotFoundError, match="missing"),
     ):
         remote_buffer(missing, ray_options={"max_restarts": 1})
     with pytest.raises(TypeError, match=r"could not be pickled .* by ID or path \('memmap:/dir'"):
-        RayReplayBuffer(OfflineToOnlineReplayBuffer, "memmap:/x", online_capacity=10, transform=_Unpicklable())
+        RayReplayBuffer(
+            OfflineToOnlineReplayBuffer, "memmap:/x", online_capacity=10, transform=_Unpicklable()
+        )
 
 
 class _Unpicklable:

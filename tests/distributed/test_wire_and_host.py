@@ -56,7 +56,9 @@ def offline_path(tmp_path):
 
 
 def make_buffer(path, seed=0, **kw):
-    return OfflineToOnlineReplayBuffer(f"memmap:{path}", online_capacity=2000, batch_size=32, generator=seed, **kw)
+    return OfflineToOnlineReplayBuffer(
+        f"memmap:{path}", online_capacity=2000, batch_size=32, generator=seed, **kw
+    )
 
 
 # -- wire ---------------------------------------------------------------------------------------
@@ -111,7 +113,11 @@ def test_read_only_words_are_wrapped_without_warning_and_copied_when_kept():
     ("data", "err", "match"),
     [
         ({"x": torch.zeros(3)}, TypeError, "extend expects a TensorDict of rows, got dict"),
-        (TensorDict({"x": torch.zeros(2, 3)}, [2, 3]), ValueError, r"one batch dim .* batch_size=\[2, 3\]"),
+        (
+            TensorDict({"x": torch.zeros(2, 3)}, [2, 3]),
+            ValueError,
+            r"one batch dim .* batch_size=\[2, 3\]",
+        ),
         (TensorDict({"x": torch.zeros(0)}, [0]), ValueError, "empty batch"),
     ],
 )
@@ -148,11 +154,22 @@ def test_host_describes_methods_and_properties(offline_path):
     host = BufferHost(make_buffer, (offline_path,), restarted=False)
     d = host.describe()
     assert d["buffer"] == "OfflineToOnlineReplayBuffer"
-    assert {"extend", "sample", "anneal", "set_step", "update_priority", "dumps", "loads", "state_dict"} <= set(d["methods"])
+    assert {
+        "extend",
+        "sample",
+        "anneal",
+        "set_step",
+        "update_priority",
+        "dumps",
+        "loads",
+        "state_dict",
+    } <= set(d["methods"])
     assert {"offline_fraction", "batch_size", "generator"} <= set(d["properties"])
     host.call("anneal", (5, 10))
     assert host.get("offline_fraction") == pytest.approx(0.25)
-    with pytest.raises(TypeError, match=r"rb.online_buffer is a ReplayBuffer that lives in the buffer actor"):
+    with pytest.raises(
+        TypeError, match=r"rb.online_buffer is a ReplayBuffer that lives in the buffer actor"
+    ):
         host.get("online_buffer")
 
 
@@ -163,9 +180,13 @@ def test_host_keeps_a_construction_error_and_raises_it_on_every_call(tmp_path):
             call()
 
 
-def test_host_checkpoints_every_n_rows_and_restores_only_on_restart_or_resume(offline_path, tmp_path):
+def test_host_checkpoints_every_n_rows_and_restores_only_on_restart_or_resume(
+    offline_path, tmp_path
+):
     ckpt = tmp_path / "ckpt"
-    host = BufferHost(make_buffer, (offline_path,), checkpoint_dir=ckpt, checkpoint_every=100, restarted=False)
+    host = BufferHost(
+        make_buffer, (offline_path,), checkpoint_dir=ckpt, checkpoint_every=100, restarted=False
+    )
     packer = Packer()
     for i in range(5):  # 250 rows: saved after 100 and 200
         words = packer.pack(hopper_rows(50, start=50 * i))
@@ -179,8 +200,13 @@ def test_host_checkpoints_every_n_rows_and_restores_only_on_restart_or_resume(of
     restarted = BufferHost(make_buffer, (offline_path,), checkpoint_dir=ckpt, restarted=True)
     assert restarted.length() == 500 + 200
     assert restarted.info()["restored_from"] == str(ckpt / "buffer")
-    resumed = BufferHost(make_buffer, (offline_path,), checkpoint_dir=ckpt, resume=True, restarted=False)
-    assert resumed.sample_packed(None, False)[1].tolist() == restarted.sample_packed(None, False)[1].tolist()
+    resumed = BufferHost(
+        make_buffer, (offline_path,), checkpoint_dir=ckpt, resume=True, restarted=False
+    )
+    assert (
+        resumed.sample_packed(None, False)[1].tolist()
+        == restarted.sample_packed(None, False)[1].tolist()
+    )
     with pytest.raises(ValueError, match="no checkpoint_dir"):
         BufferHost(make_buffer, (offline_path,), restarted=False).checkpoint()
 
@@ -194,7 +220,11 @@ def test_host_checkpoints_every_n_rows_and_restores_only_on_restart_or_resume(of
         ({"prefetch": -1}, ValueError, "prefetch must be an int >= 0, got -1"),
         ({"checkpoint_dir": "relative/dir"}, ValueError, "absolute path .* got 'relative/dir'"),
         ({"checkpoint_every": 10}, ValueError, "need checkpoint_dir"),
-        ({"checkpoint_dir": "/abs", "checkpoint_every": 0}, ValueError, "checkpoint_every must be an int >= 1"),
+        (
+            {"checkpoint_dir": "/abs", "checkpoint_every": 0},
+            ValueError,
+            "checkpoint_every must be an int >= 1",
+        ),
         ({"ray_options": [("num_cpus", 1)]}, TypeError, "ray_options must be a dict"),
         ({"ray_options": {"max_concurrency": 4}}, ValueError, "max_concurrency must be 1, got 4"),
     ],
@@ -204,7 +234,9 @@ def test_handle_rejects_bad_options_before_starting_anything(kwargs, err, match)
     from mixreplay.distributed import RayReplayBuffer
 
     with pytest.raises(err, match=match):
-        RayReplayBuffer(OfflineToOnlineReplayBuffer, "memmap:/nowhere", online_capacity=10, **kwargs)
+        RayReplayBuffer(
+            OfflineToOnlineReplayBuffer, "memmap:/nowhere", online_capacity=10, **kwargs
+        )
 
 
 def test_handle_needs_an_initialized_ray():
@@ -248,7 +280,9 @@ def _offline_handle():
     from mixreplay.distributed import RayReplayBuffer
 
     rb = RayReplayBuffer.__new__(RayReplayBuffer)
-    rb._setup(SimpleNamespace(extend_packed=None), {"buffer": "OfflineToOnlineReplayBuffer"}, 0, None)
+    rb._setup(
+        SimpleNamespace(extend_packed=None), {"buffer": "OfflineToOnlineReplayBuffer"}, 0, None
+    )
     return rb
 
 
@@ -256,14 +290,30 @@ def _offline_handle():
     ("call", "err", "match"),
     [
         (lambda rb: rb.add({"x": 1}), TypeError, "add expects a TensorDict row, got dict"),
-        (lambda rb: rb.add(hopper_rows(2)), ValueError, r"one row \(batch_size=\[\]\), got batch_size=\[2\]"),
+        (
+            lambda rb: rb.add(hopper_rows(2)),
+            ValueError,
+            r"one row \(batch_size=\[\]\), got batch_size=\[2\]",
+        ),
         (lambda rb: rb.extend(hopper_rows(2)[0]), ValueError, r"one batch dim .* batch_size=\[\]"),
-        (lambda rb: rb.writer().add(hopper_rows(2)), ValueError, r"got batch_size=\[2\]; use extend\(\)"),
+        (
+            lambda rb: rb.writer().add(hopper_rows(2)),
+            ValueError,
+            r"got batch_size=\[2\]; use extend\(\)",
+        ),
         (lambda rb: rb.writer().add("row"), TypeError, "add expects a TensorDict row, got str"),
         (lambda rb: rb.writer(chunk_rows=0), ValueError, "chunk_rows must be an int >= 1, got 0"),
-        (lambda rb: rb.writer(max_in_flight=0), ValueError, "max_in_flight must be an int >= 1, got 0"),
+        (
+            lambda rb: rb.writer(max_in_flight=0),
+            ValueError,
+            "max_in_flight must be an int >= 1, got 0",
+        ),
         (lambda rb: rb.sample(prefetch=-2), ValueError, "prefetch must be an int >= 0, got -2"),
-        (lambda rb: rb.nope, AttributeError, r"hosting OfflineToOnlineReplayBuffer has no attribute 'nope'"),
+        (
+            lambda rb: rb.nope,
+            AttributeError,
+            r"hosting OfflineToOnlineReplayBuffer has no attribute 'nope'",
+        ),
     ],
 )
 def test_handle_and_writer_check_their_arguments_before_calling_the_actor(call, err, match):

@@ -79,7 +79,9 @@ def test_sampling_frequencies_match_priorities(stratified, alpha):
     stat = chi2_statistic(counts, probs)
     assert stat < chi2_critical(len(probs) - 1)
     # the test has power: the same counts are far from uniform
-    assert chi2_statistic(counts, torch.full_like(probs, 1 / len(probs))) > 10 * chi2_critical(len(probs) - 1)
+    assert chi2_statistic(counts, torch.full_like(probs, 1 / len(probs))) > 10 * chi2_critical(
+        len(probs) - 1
+    )
 
 
 def test_stratified_batches_cover_the_distribution_and_are_shuffled():
@@ -114,13 +116,17 @@ def test_new_rows_get_the_max_priority():
 def test_update_priority_sets_abs_plus_eps_to_the_alpha():
     sampler = PrioritizedSampler(alpha=0.7, eps=0.01)
     filled(8, 8, sampler)
-    sampler.update_priority(torch.tensor([[1], [5]]), torch.tensor([[-2.0], [3.0]]))  # [B, 1] shapes
+    sampler.update_priority(
+        torch.tensor([[1], [5]]), torch.tensor([[-2.0], [3.0]])
+    )  # [B, 1] shapes
     assert sampler.tree.get(torch.tensor([1, 5])).tolist() == pytest.approx([2.01**0.7, 3.01**0.7])
     sampler.update_priority(torch.tensor([2, 3]), torch.tensor(0.5))  # one scalar for all
     assert sampler.tree.get(torch.tensor([2, 3])).tolist() == pytest.approx([0.51**0.7] * 2)
     sampler.update_priority(torch.tensor([4, 4]), torch.tensor([9.0, 1.0]))  # last write wins
     assert sampler.tree.get(torch.tensor([4])).item() == pytest.approx(1.01**0.7)
-    assert sampler.tree.total() == pytest.approx(2.01**0.7 + 3.01**0.7 + 2 * 0.51**0.7 + 1.01**0.7 + 3)
+    assert sampler.tree.total() == pytest.approx(
+        2.01**0.7 + 3.01**0.7 + 2 * 0.51**0.7 + 1.01**0.7 + 3
+    )
 
 
 def test_alpha_zero_is_uniform():
@@ -157,7 +163,9 @@ def test_ring_wrap_around():
     index = storage.extend(rows(3, 8))  # overwrites slots 0, 1, 2
     sampler.on_extend(index, storage)
     assert index.tolist() == [0, 1, 2]
-    assert sampler.tree.get(torch.arange(8)).tolist() == pytest.approx([top] * 3 + [k + 1e-6 for k in range(3, 8)])
+    assert sampler.tree.get(torch.arange(8)).tolist() == pytest.approx(
+        [top] * 3 + [k + 1e-6 for k in range(3, 8)]
+    )
     g = torch.Generator().manual_seed(0)
     drawn = sampler.sample(storage, 4096, g)
     assert drawn.min() >= 0 and drawn.max() < 8
@@ -216,11 +224,17 @@ def test_state_dict_round_trip_reproduces_samples():
     a, b = sampler.sample(storage, 64, g1), restored.sample(storage, 64, g2)
     assert torch.equal(a, b)
     assert torch.equal(sampler.weight(a, storage), restored.weight(b, storage))
-    assert all(torch.equal(a, b) for a, b in zip(sampler.tree.nodes(), restored.tree.nodes(), strict=True))
+    assert all(
+        torch.equal(a, b) for a, b in zip(sampler.tree.nodes(), restored.tree.nodes(), strict=True)
+    )
     # and both carry on identically
     for s in (sampler, restored):
-        s.on_extend(storage.extend(rows(2, 20)) if s is sampler else torch.tensor([20, 21]), storage)
-    assert all(torch.equal(a, b) for a, b in zip(sampler.tree.nodes(), restored.tree.nodes(), strict=True))
+        s.on_extend(
+            storage.extend(rows(2, 20)) if s is sampler else torch.tensor([20, 21]), storage
+        )
+    assert all(
+        torch.equal(a, b) for a, b in zip(sampler.tree.nodes(), restored.tree.nodes(), strict=True)
+    )
 
 
 def test_state_dict_before_any_row():
@@ -228,7 +242,9 @@ def test_state_dict_before_any_row():
     restored = PrioritizedSampler()
     restored.load_state_dict(state)
     assert restored.tree is None
-    with pytest.raises(ValueError, match=r"PrioritizedSampler state lacks 'priorities'; expected keys"):
+    with pytest.raises(
+        ValueError, match=r"PrioritizedSampler state lacks 'priorities'; expected keys"
+    ):
         restored.load_state_dict({"capacity": 3})
 
 
@@ -262,7 +278,11 @@ def test_config_repr_equality_pickle():
     ("kwargs", "error", "message"),
     [
         ({"alpha": -0.1}, ValueError, r"alpha must be a finite number in \[0, inf\), got -0.1"),
-        ({"alpha": float("nan")}, ValueError, r"alpha must be a finite number in \[0, inf\), got nan"),
+        (
+            {"alpha": float("nan")},
+            ValueError,
+            r"alpha must be a finite number in \[0, inf\), got nan",
+        ),
         ({"beta": 1.5}, ValueError, r"beta must be a finite number in \[0, 1\], got 1.5"),
         ({"beta": -1}, ValueError, r"beta must be a finite number in \[0, 1\], got -1.0"),
         ({"eps": 0.0}, ValueError, r"eps must be a finite number in \(0, inf\), got 0.0"),
@@ -285,14 +305,23 @@ def test_beta_setter_validates():
 
 def test_update_priority_errors():
     sampler = PrioritizedSampler()
-    with pytest.raises(IndexError, match=r"slot 0: the source holds 0 rows \(sample from it first\)"):
+    with pytest.raises(
+        IndexError, match=r"slot 0: the source holds 0 rows \(sample from it first\)"
+    ):
         sampler.update_priority(torch.tensor([0]), torch.tensor([1.0]))
     filled(10, 5, sampler)
-    with pytest.raises(ValueError, match=r"priority has shape \[3\] but index has shape \[2\]; pass one priority per index"):
+    with pytest.raises(
+        ValueError,
+        match=r"priority has shape \[3\] but index has shape \[2\]; pass one priority per index",
+    ):
         sampler.update_priority(torch.tensor([0, 1]), torch.tensor([1.0, 2.0, 3.0]))
-    with pytest.raises(ValueError, match=r"priority must be finite, got \[nan\] at positions \[1\]"):
+    with pytest.raises(
+        ValueError, match=r"priority must be finite, got \[nan\] at positions \[1\]"
+    ):
         sampler.update_priority(torch.tensor([0, 1]), torch.tensor([1.0, float("nan")]))
-    with pytest.raises(ValueError, match=r"priority must be finite, got \[inf\] at positions \[0\]"):
+    with pytest.raises(
+        ValueError, match=r"priority must be finite, got \[inf\] at positions \[0\]"
+    ):
         sampler.update_priority(torch.tensor([0]), torch.tensor([float("inf")]))
     with pytest.raises(IndexError, match=r"slot 5: the source holds 5 rows \(valid slots: 0..4\)"):
         sampler.update_priority(torch.tensor([0, 5]), torch.tensor([1.0, 1.0]))
@@ -300,7 +329,9 @@ def test_update_priority_errors():
         sampler.update_priority(torch.tensor([-1]), torch.tensor([1.0]))
     with pytest.raises(TypeError, match=r"index must hold integer slots, got dtype torch.float32"):
         sampler.update_priority(torch.tensor([0.0]), torch.tensor([1.0]))
-    with pytest.raises(TypeError, match=r"priority must be a real-valued tensor, got dtype torch.bool"):
+    with pytest.raises(
+        TypeError, match=r"priority must be a real-valued tensor, got dtype torch.bool"
+    ):
         sampler.update_priority(torch.tensor([0]), torch.tensor([True]))
     assert sampler.tree.leaves[:5].tolist() == [1.0] * 5  # failed calls changed nothing
 
@@ -310,7 +341,9 @@ def test_one_sampler_per_storage():
     filled(10, 5, sampler)
     other = LazyTensorStorage(20)
     other.extend(rows(3))
-    with pytest.raises(ValueError, match=r"tracks a storage of max_size 10, got one of max_size 20"):
+    with pytest.raises(
+        ValueError, match=r"tracks a storage of max_size 10, got one of max_size 20"
+    ):
         sampler.sample(other, 2, torch.Generator())
 
 
@@ -318,7 +351,9 @@ def test_one_sampler_per_storage():
 
 
 def test_replay_buffer_weights_and_updates():
-    rb = ReplayBuffer(storage=LazyTensorStorage(100), sampler=PrioritizedSampler(alpha=1.0, beta=1.0), generator=0)
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(100), sampler=PrioritizedSampler(alpha=1.0, beta=1.0), generator=0
+    )
     rb.extend(rows(100))
     rb.update_priority(torch.arange(100), torch.cat([torch.ones(99), torch.tensor([99.0])]))
     batch, info = rb.sample(64, return_info=True)
@@ -326,15 +361,23 @@ def test_replay_buffer_weights_and_updates():
     assert 20 < int(top.sum()) < 44  # half of the mass
     # (p_min / p) ** beta: 1 for the rows of priority 1, about 1/99 for the heavy row
     assert info["weight"][~top].tolist() == [1.0] * int((~top).sum())
-    assert info["weight"][top].tolist() == pytest.approx([(1 + 1e-6) / (99 + 1e-6)] * int(top.sum()))
+    assert info["weight"][top].tolist() == pytest.approx(
+        [(1 + 1e-6) / (99 + 1e-6)] * int(top.sum())
+    )
 
 
 def test_priority_updates_reach_the_online_source():
     offline = ReplayBuffer(storage=LazyTensorStorage(50))
     offline.extend(rows(50, 1000))
     sampler = PrioritizedSampler(alpha=1.0)
-    rb = OfflineToOnlineReplayBuffer(offline, online_capacity=20, online_sampler=sampler,
-                                     offline_fraction=0.5, batch_size=32, generator=0)
+    rb = OfflineToOnlineReplayBuffer(
+        offline,
+        online_capacity=20,
+        online_sampler=sampler,
+        offline_fraction=0.5,
+        batch_size=32,
+        generator=0,
+    )
     rb.extend(rows(20))
     batch, info = rb.sample(return_info=True)
     online = info["source"] == 1

@@ -31,7 +31,12 @@ def stream(lengths: list[int], *, last_done: bool = True) -> TensorDict:
         done[-1] = False
     n = len(eid)
     return TensorDict(
-        {"t": torch.arange(n), "eid": eid, "done_flag": done.clone(), "next": {"done": done.unsqueeze(-1)}},
+        {
+            "t": torch.arange(n),
+            "eid": eid,
+            "done_flag": done.clone(),
+            "next": {"done": done.unsqueeze(-1)},
+        },
         batch_size=[n],
     )
 
@@ -191,7 +196,10 @@ def test_config_repr_equality_pickle():
     assert isinstance(s, Sampler) and s.unit == 8 and s.weight(torch.arange(8), None) is None
     assert s.config() == {"slice_len": 8, "episode_key": ("traj", "id"), "end_key": None}
     assert SliceSampler(**json.loads(json.dumps(s.config()))) == s
-    assert repr(SliceSampler(4, end_key="done")) == "SliceSampler(slice_len=4, episode_key=None, end_key='done')"
+    assert (
+        repr(SliceSampler(4, end_key="done"))
+        == "SliceSampler(slice_len=4, episode_key=None, end_key='done')"
+    )
     assert pickle.loads(pickle.dumps(s)) == s
 
 
@@ -200,7 +208,9 @@ def test_config_repr_equality_pickle():
 
 def test_n_must_be_a_multiple_of_slice_len():
     storage = FrozenStorage.from_tensordict(stream([10]))
-    with pytest.raises(ValueError, match=r"n=10 is not a multiple of slice_len=4; ask for a multiple of 4, e.g. 8"):
+    with pytest.raises(
+        ValueError, match=r"n=10 is not a multiple of slice_len=4; ask for a multiple of 4, e.g. 8"
+    ):
         SliceSampler(4).sample(storage, 10, torch.Generator())
 
 
@@ -215,7 +225,9 @@ def test_no_episode_long_enough():
         SliceSampler(4).sample(storage, 8, torch.Generator())
     tiny = LazyTensorStorage(20)
     tiny.extend(stream([1]))
-    with pytest.raises(EmptyBufferError, match=r"among the 1 rows is that long \(longest: 1 steps\)"):
+    with pytest.raises(
+        EmptyBufferError, match=r"among the 1 rows is that long \(longest: 1 steps\)"
+    ):
         SliceSampler(2).sample(tiny, 2, torch.Generator())
     with pytest.raises(EmptyBufferError, match=r"the source holds no rows"):
         SliceSampler(2).sample(LazyTensorStorage(5), 2, torch.Generator())
@@ -224,7 +236,9 @@ def test_no_episode_long_enough():
 def test_missing_boundary_keys():
     storage = LazyTensorStorage(20)
     storage.extend(TensorDict({"obs": torch.zeros(10, 2)}, [10]))
-    with pytest.raises(KeyError, match=r"none of the keys \[\('next', 'done'\), 'done'\] is in the storage"):
+    with pytest.raises(
+        KeyError, match=r"none of the keys \[\('next', 'done'\), 'done'\] is in the storage"
+    ):
         SliceSampler(2).sample(storage, 4, torch.Generator())
     with pytest.raises(KeyError, match=r"none of the keys \['terminal'\] is in the storage"):
         SliceSampler(2, end_key="terminal").sample(storage, 4, torch.Generator())
@@ -235,7 +249,9 @@ def test_missing_boundary_keys():
 def test_episode_ids_must_be_integers():
     storage = LazyTensorStorage(20)
     storage.extend(TensorDict({"eid": torch.zeros(10)}, [10]))
-    with pytest.raises(TypeError, match=r"episode_key 'eid' must hold integer episode ids, got torch.float32"):
+    with pytest.raises(
+        TypeError, match=r"episode_key 'eid' must hold integer episode ids, got torch.float32"
+    ):
         SliceSampler(2, episode_key="eid").sample(storage, 4, torch.Generator())
 
 
@@ -245,8 +261,16 @@ def test_episode_ids_must_be_integers():
         (lambda: SliceSampler(0), ValueError, r"slice_len must be an int >= 1, got 0"),
         (lambda: SliceSampler(2.0), TypeError, r"slice_len must be an int >= 1, got float 2.0"),
         (lambda: SliceSampler(True), TypeError, r"slice_len must be an int >= 1, got bool True"),
-        (lambda: SliceSampler(2, episode_key=3), TypeError, r"episode_key must be a key \(a str or a tuple of str\), got 3"),
-        (lambda: SliceSampler(2, end_key=()), TypeError, r"end_key must be a key \(a str or a tuple of str\), got \(\)"),
+        (
+            lambda: SliceSampler(2, episode_key=3),
+            TypeError,
+            r"episode_key must be a key \(a str or a tuple of str\), got 3",
+        ),
+        (
+            lambda: SliceSampler(2, end_key=()),
+            TypeError,
+            r"end_key must be a key \(a str or a tuple of str\), got \(\)",
+        ),
     ],
 )
 def test_invalid_config(make, error, message):
@@ -258,10 +282,19 @@ def test_invalid_config(make, error, message):
 
 
 def test_mixed_buffer_with_slices_on_both_sides():
-    offline = ReplayBuffer(storage=FrozenStorage.from_tensordict(stream([30, 30])), sampler=SliceSampler(8))
+    offline = ReplayBuffer(
+        storage=FrozenStorage.from_tensordict(stream([30, 30])), sampler=SliceSampler(8)
+    )
     online = LazyTensorStorage(64)
-    rb = OfflineToOnlineReplayBuffer(offline, online_storage=online, online_sampler=SliceSampler(8),
-                                     offline_fraction=0.25, batch_size=32, generator=0, source_key="source")
+    rb = OfflineToOnlineReplayBuffer(
+        offline,
+        online_storage=online,
+        online_sampler=SliceSampler(8),
+        offline_fraction=0.25,
+        batch_size=32,
+        generator=0,
+        source_key="source",
+    )
     rb.extend(stream([20, 20]))
     batch = rb.sample()
     assert batch["source"].tolist() == [0] * 8 + [1] * 24

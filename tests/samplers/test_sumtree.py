@@ -16,7 +16,10 @@ def updates(draw):
     capacity = draw(st.integers(1, 70))
     batches = draw(
         st.lists(
-            st.lists(st.tuples(st.integers(0, capacity - 1), st.floats(0.0, 1e3, allow_nan=False)), max_size=40),
+            st.lists(
+                st.tuples(st.integers(0, capacity - 1), st.floats(0.0, 1e3, allow_nan=False)),
+                max_size=40,
+            ),
             min_size=1,
             max_size=5,
         )
@@ -51,7 +54,9 @@ def test_updates_match_a_sequential_loop(case):
 @settings(max_examples=60, deadline=None)
 @given(
     values=st.lists(st.floats(0.0, 100.0, allow_nan=False), min_size=1, max_size=64),
-    fractions=st.lists(st.floats(0.0, 1.0, allow_nan=False, exclude_max=True), min_size=1, max_size=30),
+    fractions=st.lists(
+        st.floats(0.0, 1.0, allow_nan=False, exclude_max=True), min_size=1, max_size=30
+    ),
 )
 def test_find_agrees_with_searchsorted(values, fractions):
     tree = SumTree(len(values))
@@ -136,13 +141,17 @@ def test_errors():
     with pytest.raises(TypeError, match=r"SumTree capacity must be an int >= 1, got float 2.0"):
         SumTree(2.0)
     tree = SumTree(4)
-    with pytest.raises(IndexError, match=r"SumTree slot 4 is out of range for capacity 4 \(valid: 0..3\)"):
+    with pytest.raises(
+        IndexError, match=r"SumTree slot 4 is out of range for capacity 4 \(valid: 0..3\)"
+    ):
         tree.update(torch.tensor([0, 4]), torch.ones(2))
     with pytest.raises(IndexError, match=r"SumTree slot -1 is out of range"):
         tree.get(torch.tensor([-1]))
     with pytest.raises(TypeError, match=r"SumTree slots must be integers, got dtype torch.float32"):
         tree.update(torch.tensor([0.0]), torch.ones(1))
-    with pytest.raises(ValueError, match=r"SumTree values must be finite and >= 0, got \[-1.0\] at slots \[1\]"):
+    with pytest.raises(
+        ValueError, match=r"SumTree values must be finite and >= 0, got \[-1.0\] at slots \[1\]"
+    ):
         tree.update(torch.tensor([0, 1]), torch.tensor([1.0, -1.0]))
     with pytest.raises(ValueError, match=r"SumTree values must be finite and >= 0, got \[nan\]"):
         tree.update(torch.tensor([0]), torch.tensor([float("nan")]))

@@ -5,11 +5,17 @@ an exact, scheduled proportion. Start with :class:`OfflineToOnlineReplayBuffer`.
 """
 
 from mixreplay._version import __version__
-from mixreplay.buffer import ReplayBuffer
-from mixreplay.datasets import OfflineDataset, list_prefixes, load_dataset, register_dataset
+from mixreplay.buffers import (
+    MixtureReplayBuffer,
+    OfflineDataset,
+    OfflineToOnlineReplayBuffer,
+    ReplayBuffer,
+)
+from mixreplay.datasets import list_prefixes, load_dataset, register_dataset
 from mixreplay.errors import (
     BufferActorError,
     CheckpointError,
+    CheckpointNotFoundError,
     DatasetError,
     DatasetNotFoundError,
     EmptyBufferError,
@@ -18,7 +24,6 @@ from mixreplay.errors import (
     ReadOnlyError,
     SchemaMismatchError,
 )
-from mixreplay.mixing import MixtureReplayBuffer, OfflineToOnlineReplayBuffer
 from mixreplay.prefill import prefill_replay_buffer
 from mixreplay.samplers import RandomSampler, Sampler
 from mixreplay.samplers.prioritized import PrioritizedSampler
@@ -26,11 +31,18 @@ from mixreplay.samplers.slice import SliceSampler
 from mixreplay.samplers.without_replacement import SamplerWithoutReplacement
 from mixreplay.schema import Field, Schema
 from mixreplay.split import split_counts
-from mixreplay.storage import FrozenStorage, LazyMemmapStorage, LazyTensorStorage, TensorStorage
+from mixreplay.storages import (
+    FrozenStorage,
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    Storage,
+    TensorStorage,
+)
 
 __all__ = [
     "BufferActorError",
     "CheckpointError",
+    "CheckpointNotFoundError",
     "DatasetError",
     "DatasetNotFoundError",
     "EmptyBufferError",
@@ -52,6 +64,7 @@ __all__ = [
     "Schema",
     "SchemaMismatchError",
     "SliceSampler",
+    "Storage",
     "TensorStorage",
     "__version__",
     "list_prefixes",

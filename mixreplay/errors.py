@@ -11,6 +11,7 @@ mixreplay::
     ├── DatasetError(ValueError)             an ID or file cannot be resolved or read
     │   └── DatasetNotFoundError(FileNotFoundError)
     ├── CheckpointError(ValueError)          a checkpoint is corrupt or does not fit
+    │   └── CheckpointNotFoundError(FileNotFoundError)
     ├── BufferActorError(RuntimeError)       the Ray actor hosting a buffer is dead or unreachable
     └── MissingDependencyError(ImportError)  an optional extra is not installed
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 __all__ = [
     "BufferActorError",
     "CheckpointError",
+    "CheckpointNotFoundError",
     "DatasetError",
     "DatasetNotFoundError",
     "EmptyBufferError",
@@ -59,6 +61,10 @@ class DatasetNotFoundError(DatasetError, FileNotFoundError):
 
 class CheckpointError(MixreplayError, ValueError):
     """A checkpoint is missing, corrupt, or does not match the buffer loading it."""
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """A checkpoint path points to nothing on disk."""
 
 
 class BufferActorError(MixreplayError, RuntimeError):

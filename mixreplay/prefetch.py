@@ -41,6 +41,7 @@ import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
+from typing import Any
 
 import torch
 
@@ -112,9 +113,10 @@ class Prefetcher:
     ):
         # Weak references to the owner's methods: the owner holds the prefetcher, and a buffer
         # dropped by the user is freed (and its thread stopped) without waiting for the GC.
-        self._draw, self._snapshot, self._restore, self._ran_out = (
-            weakref.WeakMethod(f) for f in (draw, snapshot, restore, ran_out)
-        )
+        self._draw: weakref.WeakMethod[Any] = weakref.WeakMethod(draw)
+        self._snapshot: weakref.WeakMethod[Any] = weakref.WeakMethod(snapshot)
+        self._restore: weakref.WeakMethod[Any] = weakref.WeakMethod(restore)
+        self._ran_out: weakref.WeakMethod[Any] = weakref.WeakMethod(ran_out)
         self.depth = depth
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mixreplay-prefetch")
         self._queue: collections.deque[Future] = collections.deque()

@@ -6,7 +6,7 @@ import logging
 
 import torch
 
-from mixreplay.buffer import check_batch_size, make_generator
+from mixreplay.buffers.replay import check_batch_size, make_generator
 
 __all__ = ["prefill_replay_buffer"]
 
@@ -60,7 +60,7 @@ def prefill_replay_buffer(
         >>> len(rb), rb[:].get("obs").unique().numel()
         (200, 200)
     """
-    chunk_size = check_batch_size(chunk_size, name="chunk_size", allow_none=False)
+    chunk_size = check_batch_size(chunk_size, name="chunk_size")
     if isinstance(dataset, str):
         from mixreplay.datasets import load_dataset
 

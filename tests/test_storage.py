@@ -178,9 +178,9 @@ def test_add_single_row(kind, tmp_path):
 @pytest.mark.parametrize(
     "bad, err, match",
     [
-        (0, ValueError, "positive number of rows, got 0"),
-        (2.5, TypeError, "max_size must be an int, got float 2.5"),
-        (True, TypeError, "max_size must be an int"),
+        (0, ValueError, "max_size must be a positive number of rows, got 0"),
+        (2.5, TypeError, "max_size must be a positive number of rows, got float 2.5"),
+        (True, TypeError, "max_size must be a positive number of rows"),
     ],
 )
 def test_bad_capacity(bad, err, match):

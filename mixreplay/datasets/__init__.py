@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from mixreplay.datasets.memmap import OfflineDataset
+from mixreplay.buffers.offline import OfflineDataset
 
 __all__ = ["OfflineDataset", "list_prefixes", "load_dataset", "register_dataset"]
 

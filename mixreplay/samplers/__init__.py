@@ -46,6 +46,13 @@ class Sampler:
 
     #: rows per sampling unit: a batch of ``B`` rows holds ``B // unit`` units.
     unit: int = 1
+    #: whether a row may be drawn twice within one draw; mixing buffers check that a
+    #: source sampled without replacement holds enough rows before drawing.
+    replacement: bool = True
+    #: set by samplers with epochs once the current one is exhausted.
+    ran_out: bool = False
+    #: whether :meth:`update_priority` does anything (mixing buffers route updates only there).
+    prioritized: bool = False
 
     def sample(self, storage, n: int, generator: torch.Generator) -> torch.Tensor:
         """Return ``n`` int64 row indices in ``[0, len(storage))``."""
@@ -60,6 +67,11 @@ class Sampler:
 
     def weight(self, index: torch.Tensor, storage) -> torch.Tensor | None:
         """Importance weights of sampled rows, or ``None`` when sampling is uniform."""
+        return None
+
+    def check_priority(self, index: torch.Tensor, priority: torch.Tensor) -> object:
+        """Validate a priority update without applying it (raise as :meth:`update_priority` would)."""
+        self.update_priority(index, priority)  # the base class refuses every update
         return None
 
     def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:

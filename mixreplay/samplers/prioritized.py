@@ -214,16 +214,17 @@ class PrioritizedSampler(Sampler):
         # (N P(i)) ** -beta / max_j (N P(j)) ** -beta == (min_j p_j / p_i) ** beta
         return (p.min() / p).pow(self._beta).to(torch.float32)
 
-    def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:
-        """Set the priorities of slots ``index`` to ``(|priority| + eps) ** alpha``.
+    prioritized = True
 
-        Args:
-            index: int slots, as returned by :meth:`sample`.
-            priority: one finite value per slot (same number of elements, e.g.
-                ``|td_error|`` of shape ``[B]`` or ``[B, 1]``), or one scalar for all.
+    def check_priority(
+        self, index: torch.Tensor, priority: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Validate an update without applying it; return the slots and their new ``p`` values.
 
         Raises:
-            ValueError: the sizes differ, or a priority is NaN or infinite.
+            TypeError: non-integer slots or non-real priorities.
+            ValueError: the sizes differ, or a priority is NaN or infinite (the error's
+                ``position`` attribute is the position of the first bad one in ``priority``).
             IndexError: a slot holds no row.
         """
         index = torch.as_tensor(index)
@@ -238,29 +239,47 @@ class PrioritizedSampler(Sampler):
         if priority.dtype == torch.bool or priority.is_complex():
             raise TypeError(f"priority must be a real-valued tensor, got dtype {priority.dtype}")
         index = index.reshape(-1)
-        if index.numel() == 0:
-            return
-        filled = self._filled
-        lo, hi = int(index.min()), int(index.max())
-        if lo < 0 or hi >= filled:
-            valid = f"valid slots: 0..{filled - 1}" if filled else "sample from it first"
-            raise IndexError(
-                f"cannot update the priority of slot {lo if lo < 0 else hi}: the source holds "
-                f"{filled} rows ({valid})"
-            )
-        tree = self._tree
-        p = priority.to(device=tree.device, dtype=torch.float64).reshape(-1)
+        p = priority.to(dtype=torch.float64).reshape(-1)
         bad = ~torch.isfinite(p)
         if bool(bad.any()):
-            where = bad.nonzero().reshape(-1)[:5].tolist()
-            raise ValueError(
-                f"priority must be finite, got {p[bad][:5].tolist()} at positions {where}; "
+            where = bad.nonzero().reshape(-1)
+            err = ValueError(
+                f"priority must be finite, got {p[bad][:5].tolist()} at positions {where[:5].tolist()}; "
                 "check the loss for NaN/inf before updating priorities"
             )
+            err.position = int(where[0])  # type: ignore[attr-defined]
+            raise err
+        if index.numel():
+            filled = self._filled
+            lo, hi = int(index.min()), int(index.max())
+            if lo < 0 or hi >= filled:
+                valid = f"valid slots: 0..{filled - 1}" if filled else "sample from it first"
+                raise IndexError(
+                    f"cannot update the priority of slot {lo if lo < 0 else hi}: the source holds "
+                    f"{filled} rows ({valid})"
+                )
         p = (p.abs() + self._eps).pow(self._alpha)
         if p.numel() == 1:
             p = p.expand(index.numel())
-        tree.update(index, p)
+        return index, p
+
+    def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:
+        """Set the priorities of slots ``index`` to ``(|priority| + eps) ** alpha``.
+
+        Args:
+            index: int slots, as returned by :meth:`sample`.
+            priority: one finite value per slot (same number of elements, e.g.
+                ``|td_error|`` of shape ``[B]`` or ``[B, 1]``), or one scalar for all.
+
+        Raises:
+            as :meth:`check_priority`, before any priority changes.
+        """
+        index, p = self.check_priority(index, priority)
+        if index.numel() == 0:
+            return
+        tree = self._tree
+        assert tree is not None  # check_priority found rows, so the tree exists
+        tree.update(index, p.to(tree.device))
         self._max_priority = max(self._max_priority, float(p.max()))
 
     # -- state -----------------------------------------------------------------------------

@@ -221,6 +221,7 @@ class SliceSampler(Sampler):
         if valid == 0:
             raise EmptyBufferError(self._too_short_message(storage))
         state = self._state
+        assert state is not None  # available() built it
         if 8 * valid >= size:
             starts = state.propose(storage, k, valid, generator)
         else:

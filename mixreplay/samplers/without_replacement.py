@@ -75,6 +75,7 @@ class SamplerWithoutReplacement(Sampler):
             )
         if self._order is None or self._len != size:
             self._new_epoch(size, generator)
+        assert self._order is not None
         index = self._order[self._pos : self._pos + n]
         self._pos += index.numel()
         left = self._len - self._pos

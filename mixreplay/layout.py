@@ -293,11 +293,10 @@ def _count_leaves(node: dict) -> int:
     for v in node.values():
         if isinstance(v, torch.Tensor):
             n += 1
-        else:
-            sub = getattr(v, "_tensordict", None)
-            if sub is None:
-                return -1
-            n += _count_leaves(sub)
+        elif type(v) is TensorDict:
+            n += _count_leaves(v._tensordict)
+        else:  # a non-tensor leaf or another TensorDict class: let the generic check decide
+            return -1
     return n
 
 

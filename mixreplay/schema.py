@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import NonTensorData, NonTensorStack, TensorDictBase
 
 from mixreplay.errors import SchemaMismatchError
 
@@ -27,6 +27,10 @@ NestedKey = str | tuple[str, ...]
 BOOKKEEPING_KEYS: frozenset[tuple[str, ...]] = frozenset(
     {("index",), ("_weight",), ("priority_weight",), ("td_error",)}
 )
+
+
+def _is_leaf(cls: type) -> bool:
+    return not issubclass(cls, TensorDictBase) or issubclass(cls, (NonTensorData, NonTensorStack))
 
 
 def normalize_key(key: NestedKey) -> tuple[str, ...]:
@@ -118,7 +122,9 @@ class Schema(Mapping[tuple[str, ...], Field]):
         """Read the schema of ``td``, whose first ``batch_dims`` dims index rows."""
         excluded = set(exclude)
         fields = []
-        for key in td.keys(include_nested=True, leaves_only=True):
+        # Non-tensor leaves (strings, NonTensorData) count as leaves, so they are refused,
+        # never silently dropped.
+        for key in td.keys(include_nested=True, leaves_only=True, is_leaf=_is_leaf):
             nk = normalize_key(key)
             if nk in excluded:
                 continue

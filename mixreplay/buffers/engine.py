@@ -126,6 +126,8 @@ class MixingBuffer:
     def _init_sources(self, names: Sequence[str], sources: Sequence[Source]) -> None:
         self._names = tuple(names)
         self._sources = list(sources)
+        # the sources' transform lists (shared objects: an append_transform shows up here)
+        self._chains = [s.transform for s in self._sources if isinstance(s, ReplayBuffer)]
         for src in self._sources:
             if len(src) and isinstance(src, ReplayBuffer):
                 self._check_source_key(src.storage.schema)
@@ -397,10 +399,7 @@ class MixingBuffer:
         if not self._fused:
             self._refresh_layout()
         indices: list[torch.Tensor | None] = [None] * len(counts)
-        fused = self._fused and not any(
-            isinstance(s, ReplayBuffer) and s.transform for s in self._sources
-        )
-        if fused:
+        if self._fused and not any(self._chains):
             # One gather per source, straight into the preallocated packed output.
             layout = self._layout
             assert layout is not None

@@ -7,6 +7,7 @@ mixreplay::
     MixreplayError
     ├── SchemaMismatchError(ValueError)      keys, dtypes or shapes disagree
     ├── EmptyBufferError(RuntimeError)       sampling with no rows anywhere
+    ├── PriorityError(ValueError)            a priority update holds NaN, inf or a bad shape
     ├── ReadOnlyError(TypeError)             writing to offline (read-only) data
     ├── DatasetError(ValueError)             an ID or file cannot be resolved or read
     │   └── DatasetNotFoundError(FileNotFoundError)
@@ -30,6 +31,7 @@ __all__ = [
     "EmptyBufferError",
     "MissingDependencyError",
     "MixreplayError",
+    "PriorityError",
     "ReadOnlyError",
     "SchemaMismatchError",
 ]
@@ -45,6 +47,18 @@ class SchemaMismatchError(MixreplayError, ValueError):
 
 class EmptyBufferError(MixreplayError, RuntimeError):
     """A sample was requested from a buffer that holds no rows."""
+
+
+class PriorityError(MixreplayError, ValueError):
+    """A priority update is invalid (NaN or infinite values, a count that does not match).
+
+    Attributes:
+        position: where the first bad priority is in the update as passed, if known.
+    """
+
+    def __init__(self, message: str, *, position: int | None = None):
+        super().__init__(message)
+        self.position = position
 
 
 class ReadOnlyError(MixreplayError, TypeError):

@@ -31,7 +31,7 @@ from mixreplay._state import Plan, generator_state, plan_generator
 from mixreplay._validate import check_real
 from mixreplay.buffers.foreign import ForeignSource, strip_bookkeeping
 from mixreplay.buffers.replay import ReplayBuffer, check_batch_size, make_generator
-from mixreplay.errors import CheckpointError, EmptyBufferError, SchemaMismatchError
+from mixreplay.errors import CheckpointError, EmptyBufferError, PriorityError, SchemaMismatchError
 from mixreplay.layout import RowLayout
 from mixreplay.prefetch import Prefetcher, check_pin_memory, check_prefetch, pin
 from mixreplay.schema import NestedKey, Schema, format_key, normalize_key
@@ -554,10 +554,12 @@ class MixingBuffer:
         for src, idx, prio, positions in updates:  # everything checked before anything changes
             try:
                 src.sampler.check_priority(idx, prio)
-            except ValueError as err:
-                bad = getattr(err, "position", None)
+            except PriorityError as err:
+                bad = err.position
                 where = f" (row {int(positions[bad])} of the batch)" if bad is not None else ""
-                raise type(err)(f"{err}{where}") from None
+                raise PriorityError(
+                    f"{err}{where}", position=None if bad is None else int(positions[bad])
+                ) from None
         self._before_write()
         for src, idx, prio, _ in updates:
             with src.storage.lock:

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from mixreplay.errors import EmptyBufferError
+from mixreplay.errors import EmptyBufferError, PriorityError
 from mixreplay.samplers import Sampler
 from mixreplay.samplers.sumtree import SumTree
 
@@ -243,12 +243,11 @@ class PrioritizedSampler(Sampler):
         bad = ~torch.isfinite(p)
         if bool(bad.any()):
             where = bad.nonzero().reshape(-1)
-            err = ValueError(
+            raise PriorityError(
                 f"priority must be finite, got {p[bad][:5].tolist()} at positions {where[:5].tolist()}; "
-                "check the loss for NaN/inf before updating priorities"
+                "check the loss for NaN/inf before updating priorities",
+                position=int(where[0]),
             )
-            err.position = int(where[0])  # type: ignore[attr-defined]
-            raise err
         if index.numel():
             filled = self._filled
             lo, hi = int(index.min()), int(index.max())

@@ -36,10 +36,11 @@ def test_reregistering_needs_replace():
         (
             "hopper-medium-v2",
             ValueError,
-            r"has no prefix; write it as '<prefix>:<name>' with a prefix among .*d4rl.*memmap.*minari",
+            r"must be prefixed with its source: write it as '<prefix>:<name>' with a prefix among "
+            r".*d4rl.*memmap.*minari",
         ),
-        ("nope:hopper", ValueError, r"unknown dataset prefix 'nope'; known prefixes: .*d4rl"),
-        (":x", ValueError, "has no prefix"),
+        ("nope:hopper", ValueError, r"Unknown dataset source 'nope'; known prefixes: .*d4rl"),
+        (":x", ValueError, "must be prefixed"),
         (3, TypeError, "dataset_id must be a string"),
     ],
 )

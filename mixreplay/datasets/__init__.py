@@ -79,7 +79,7 @@ def _factory(prefix: str) -> Callable[..., object]:
         module, _, name = _BUILTIN[prefix].partition(":")
         return getattr(importlib.import_module(module), name)
     raise ValueError(
-        f"unknown dataset prefix {prefix!r}; known prefixes: {', '.join(list_prefixes())} "
+        f"Unknown dataset source {prefix!r}; known prefixes: {', '.join(list_prefixes())} "
         "(register your own with mixreplay.register_dataset)"
     )
 
@@ -99,7 +99,7 @@ def load_dataset(dataset_id: str, **kwargs):
     prefix, sep, rest = dataset_id.partition(":")
     if not sep or not prefix or not rest:
         raise ValueError(
-            f"dataset ID {dataset_id!r} has no prefix; write it as '<prefix>:<name>' with a prefix "
-            f"among {', '.join(list_prefixes())}"
+            f"dataset ID {dataset_id!r} must be prefixed with its source: write it as "
+            f"'<prefix>:<name>' with a prefix among {', '.join(list_prefixes())}"
         )
     return _factory(prefix)(rest, **kwargs)

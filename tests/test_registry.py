@@ -1,6 +1,7 @@
 import pytest
 
 from mixreplay import OfflineDataset, list_prefixes, load_dataset, register_dataset
+from mixreplay.errors import DatasetPrefixTakenError
 from tests.conftest import ted_rows
 
 
@@ -20,14 +21,47 @@ def test_register_and_route_kwargs():
     assert len(ds) == 4 and calls == [("some/name-v0", {"batch_size": 7})]
 
 
-def test_reregistering_needs_replace():
+@pytest.mark.parametrize("err", [KeyError, ValueError, DatasetPrefixTakenError])
+def test_reregistering_needs_replace(err):
+    """TorchRL raises KeyError here; the error is also the ValueError mixreplay raised before."""
     register_dataset("reg-twice", lambda rest: None, replace=True)
     with pytest.raises(
-        ValueError, match="dataset prefix 'reg-twice' is already registered; pass replace=True"
+        err, match="^dataset prefix 'reg-twice' is already registered; pass replace=True"
     ):
         register_dataset("reg-twice", lambda rest: None)
-    with pytest.raises(ValueError, match="'minari' is already registered"):
+    with pytest.raises(err, match="'minari' is already registered"):
         register_dataset("minari", lambda rest: None)
+    with pytest.raises(err, match="'reg-twice' is already registered"):
+        register_dataset(" REG-Twice ", lambda rest: None)  # the same prefix, normalized
+
+
+def test_prefixes_are_lower_cased_and_stripped():
+    register_dataset("  Reg-Case ", lambda rest, **kw: OfflineDataset.from_tensordict(ted_rows(3)))
+    assert "reg-case" in list_prefixes() and "  Reg-Case " not in list_prefixes()
+    assert len(load_dataset("REG-CASE:x")) == 3
+    assert len(load_dataset(" reg-case :x")) == 3
+
+
+def test_a_factory_may_be_a_lazy_module_attribute_string(monkeypatch):
+    """As in TorchRL: ``"module:attribute"`` is imported when the prefix is first used."""
+    register_dataset("reg-lazy", "tests.test_registry:lazy_factory", replace=True)
+    assert load_dataset("reg-lazy:7", batch_size=2) == ("7", {"batch_size": 2})
+    register_dataset(
+        "reg-lazy-missing", "no_such_module_xyz:Thing", replace=True
+    )  # not imported yet
+    with pytest.raises(ModuleNotFoundError, match="no_such_module_xyz"):
+        load_dataset("reg-lazy-missing:x")
+
+
+def lazy_factory(rest, **kwargs):
+    return rest, kwargs
+
+
+@pytest.mark.parametrize("spec", ["no_colon", ":attr", "module:"])
+def test_bad_lazy_strings(spec):
+    with pytest.raises(ValueError, match=r"a factory given as a string is 'module:attribute', got"):
+        register_dataset("reg-bad-lazy", spec)
+    assert "reg-bad-lazy" not in list_prefixes()
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 import pytest
 
 from mixreplay import OfflineDataset, list_prefixes, load_dataset, register_dataset
-from mixreplay.errors import DatasetPrefixTakenError
+from mixreplay.errors import DatasetPrefixTakenError, MissingDependencyError
 from tests.conftest import ted_rows
 
 
@@ -92,3 +92,36 @@ def test_bad_prefixes(prefix):
 def test_factory_must_be_callable():
     with pytest.raises(TypeError, match="factory must be callable, got int"):
         register_dataset("reg-bad", 3)
+
+
+TORCHRL_SOURCES = [
+    "atari",
+    "atari_dqn",
+    "gen_dgrl",
+    "lerobot",
+    "openml",
+    "openx",
+    "roboset",
+    "vd4rl",
+]
+
+
+def test_every_torchrl_prefix_is_known():
+    assert set(TORCHRL_SOURCES) | {"d4rl", "minari", "memmap"} <= set(list_prefixes())
+
+
+@pytest.mark.parametrize("prefix", TORCHRL_SOURCES)
+def test_torchrl_sources_need_torchrl(prefix, monkeypatch):
+    """Without TorchRL installed, the prefix says which extra installs it."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torchrl" else real(name, *a)
+    )
+    with pytest.raises(
+        MissingDependencyError,
+        match=rf"the dataset source '{prefix}' opens through TorchRL \(torchrl\.data\.datasets\..*"
+        r"\), which is not installed\. Install it with: pip install \"mixreplay\[torchrl\]\"",
+    ):
+        load_dataset(f"{prefix}:some-id")

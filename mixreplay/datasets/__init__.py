@@ -5,7 +5,10 @@ factory with ``rest``. Built-in prefixes (imported only when used):
 
 - ``minari:<dataset_id>`` - a Minari dataset from the local Minari root;
 - ``d4rl:<name-or-path>`` - an HDF5 file in the D4RL layout;
-- ``memmap:<dir>`` - mixreplay's own memory-mapped format.
+- ``memmap:<dir>`` - mixreplay's own memory-mapped format;
+- TorchRL's other sources (``atari``, ``atari_dqn``, ``gen_dgrl``, ``lerobot``,
+  ``openml``, ``openx``, ``roboset``, ``vd4rl``) through TorchRL's dataset classes
+  (``pip install "mixreplay[torchrl]"``).
 
 ``register_dataset(prefix, factory)`` adds your own.
 """
@@ -13,10 +16,11 @@ factory with ``rest``. Built-in prefixes (imported only when used):
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable
 
 from mixreplay.buffers.offline import OfflineDataset
-from mixreplay.errors import DatasetPrefixTakenError
+from mixreplay.errors import DatasetPrefixTakenError, MissingDependencyError
 
 __all__ = ["OfflineDataset", "list_prefixes", "load_dataset", "register_dataset"]
 
@@ -26,6 +30,15 @@ _DATASET_REGISTRY: dict[str, Callable[..., object] | str] = {
     "d4rl": "mixreplay.datasets.d4rl:load_d4rl",
     "memmap": "mixreplay.datasets.memmap:load_memmap",
     "minari": "mixreplay.datasets.minari:load_minari",
+    # TorchRL's other sources open through TorchRL's own classes and mix as foreign sources
+    "atari": "torchrl.data.datasets.atari_dqn:AtariDQNExperienceReplay",
+    "atari_dqn": "torchrl.data.datasets.atari_dqn:AtariDQNExperienceReplay",
+    "gen_dgrl": "torchrl.data.datasets.gen_dgrl:GenDGRLExperienceReplay",
+    "lerobot": "torchrl.data.datasets.lerobot:LeRobotExperienceReplay",
+    "openml": "torchrl.data.datasets.openml:OpenMLExperienceReplay",
+    "openx": "torchrl.data.datasets.openx:OpenXExperienceReplay",
+    "roboset": "torchrl.data.datasets.roboset:RobosetExperienceReplay",
+    "vd4rl": "torchrl.data.datasets.vd4rl:VD4RLExperienceReplay",
 }
 
 
@@ -101,6 +114,11 @@ def _factory(prefix: str) -> Callable[..., object]:
         )
     if isinstance(factory, str):
         module, _, name = factory.partition(":")
+        if module.startswith("torchrl.") and importlib.util.find_spec("torchrl") is None:
+            raise MissingDependencyError(
+                f"the dataset source {prefix!r} opens through TorchRL ({factory}), which is not "
+                'installed. Install it with: pip install "mixreplay[torchrl]"'
+            )
         return getattr(importlib.import_module(module), name)
     return factory
 

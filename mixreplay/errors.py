@@ -10,7 +10,8 @@ mixreplay::
     ├── PriorityError(ValueError)            a priority update holds NaN, inf or a bad shape
     ├── ReadOnlyError(TypeError)             writing to offline (read-only) data
     ├── DatasetError(ValueError)             an ID or file cannot be resolved or read
-    │   └── DatasetNotFoundError(FileNotFoundError)
+    │   ├── DatasetNotFoundError(FileNotFoundError)
+    │   └── DatasetPrefixTakenError(KeyError)  a dataset prefix is registered already
     ├── CheckpointError(ValueError)          a checkpoint is corrupt or does not fit
     │   └── CheckpointNotFoundError(FileNotFoundError)
     ├── BufferActorError(RuntimeError)       the Ray actor hosting a buffer is dead or unreachable
@@ -28,6 +29,7 @@ __all__ = [
     "CheckpointNotFoundError",
     "DatasetError",
     "DatasetNotFoundError",
+    "DatasetPrefixTakenError",
     "EmptyBufferError",
     "MissingDependencyError",
     "MixreplayError",
@@ -71,6 +73,12 @@ class DatasetError(MixreplayError, ValueError):
 
 class DatasetNotFoundError(DatasetError, FileNotFoundError):
     """A dataset ID or path points to nothing on disk."""
+
+
+class DatasetPrefixTakenError(DatasetError, KeyError):
+    """A dataset prefix is registered already (a ``KeyError``, the type TorchRL raises)."""
+
+    __str__ = BaseException.__str__  # KeyError's own would print the message quoted
 
 
 class CheckpointError(MixreplayError, ValueError):

@@ -253,8 +253,9 @@ def extras(m_off, online_td, rounds: int, uniform_us: float) -> dict:
         ds64.append_transform(DoubleToFloat())
         d2f = mixreplay.OfflineToOnlineReplayBuffer(ds64, online_capacity=n_on, generator=0)
         d2f.extend(online_td)
-        out["float64 offline + DoubleToFloat()"] = best_of(lambda: d2f.sample(256), rounds, 500)
-        del off64, ds64, d2f
+        out["float64 offline + DoubleToFloat()"] = best_of(
+            lambda d2f=d2f: d2f.sample(256), rounds, 500
+        )
     except ImportError:
         pass
     print(f"{'operation':<34}{'µs':>10}{'vs uniform 2-source':>22}")

@@ -14,20 +14,26 @@ torchrl 0.14.1 measured in the same process:
    ``next``: 36 bytes of data);
 3. ``rowsize``: mixed ``sample(256)`` time against row size, 100 B … 100 KB of data per row
    (observation and next observation f32[d] of growing d, plus action f32[1], reward f32[1]
-   and four bool[1] flags); each source holds ``--source-mb`` MiB of rows, so every point
-   samples from the same amount of memory;
+   and four bool[1] flags); each source holds 64 MiB of rows (at least 1,024 rows), so
+   every point samples from about the same amount of memory;
 4. ``memory``: memory of a process that opens a memmap dataset (``write_memmap_dataset``,
-   ``load_memmap``, Hopper-shaped rows, 112 bytes packed) and draws ``--samples``
-   ``sample(256)``, against the dataset's size; each size in a fresh process. Plotted: the
-   growth of anonymous memory (private: what the process really costs, from
-   ``/proc/self/smaps_rollup``) and of file-backed resident pages (page cache mapped into the
-   process: shared, clean, reclaimable by the kernel at any time), against the dataset size.
+   ``load_memmap``, Hopper-shaped rows, 112 bytes packed) and draws 1,000 ``sample(256)``,
+   against the dataset's size; each size in a fresh process, the file just written (in the
+   page cache). Plotted, as growth from before the open: anonymous memory (private: what the
+   process really costs; ``Anonymous`` of ``/proc/self/smaps_rollup``), the dataset file's
+   pages mapped into the process (``Rss`` of its mapping in ``/proc/self/smaps``: page
+   cache, shared and clean, which the kernel takes back whenever it needs the memory), and
+   total RSS (``VmRSS``: both, plus any other file page the process touched).
 
-Each timing point: both libraries are built, then timed alternately (the order flips every
-round), ``--rounds`` rounds of about ``--seconds`` each; the figure is the best round, the
-band and the table's range the spread across rounds. Torch runs with ``--threads`` intra-op
-threads (1 by default: the steadiest figures on a shared machine, and the fairest to
-TorchRL, whose ``x[idx]`` gathers slow down most under thread contention).
+Each timing point: both libraries are built, then every point of a curve and both libraries
+are timed in the same ``--rounds`` rounds (the order flips every round) of about ``--seconds``
+per point and library; every call is timed on its own, and a round keeps its median call.
+The curve is the best round; the band runs from the best round to the median one; the tables
+give best, median and worst. The speed-up is the median over rounds of TorchRL's time ÷
+mixreplay's in the same round (the two are timed back to back), with its range.
+Torch runs with ``--threads`` intra-op threads: 1 by default, the steadiest figures on a
+shared machine and the fairest to TorchRL, whose per-key ``x[idx]`` gathers slow down most
+when threads contend for cores.
 
     python benchmarks/bench_curves.py                      # all four curves (~5 min), docs/perf.png
     python benchmarks/bench_curves.py --curve batch        # one curve; the others are redrawn
@@ -46,7 +52,9 @@ import json
 import logging
 import os
 import platform
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -87,7 +95,7 @@ def sizes(quick: bool) -> dict[str, Any]:
         },
         "rowsize": {
             "row_bytes": [100, 300, 1_000, 3_000, 10_000, 30_000, 100_000],
-            "source_mb": 128.0,
+            "source_mb": 64.0,
         },
         "memory": {"dataset_mb": [64.0, 256.0, 1024.0, 4096.0], "samples": 1000},
     }
@@ -212,34 +220,49 @@ def calibrate(fn: Callable[[], Any], seconds: float) -> int:
     return max(3, round(n * seconds / max(dt, 1e-9)))
 
 
-def alternate(fns: dict[str, Callable[[], Any]], rounds: int, seconds: float) -> dict[str, list]:
-    """Mean µs per call of each function in each round; the order of the functions flips
-    every round, so both see the same drift of the machine's load."""
+def alternate(fns: dict[Any, Callable[[], Any]], rounds: int, seconds: float) -> dict[Any, list]:
+    """The median µs per call of each function in each round.
+
+    Every call is timed on its own and a round keeps its median call: on a machine shared with
+    other work, a call the scheduler interrupted is an outlier the median ignores (a mean
+    would not). The order of the functions flips every round, so all of them see the same
+    drift of the machine's load.
+    """
     numbers = {name: calibrate(fn, seconds) for name, fn in fns.items()}
-    times: dict[str, list[float]] = {name: [] for name in fns}
+    times: dict[Any, list[float]] = {name: [] for name in fns}
     names = list(fns)
-    gc.collect()  # once per point: a full collection costs ~0.5 s with torch loaded
+    clock = time.perf_counter
+    gc.collect()  # once per curve: a full collection costs ~0.5 s with torch loaded
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:
-            fn, n = fns[name], numbers[name]
+            fn, calls = fns[name], [0.0] * numbers[name]
             gc.disable()
-            t = time.perf_counter()
-            for _ in range(n):
+            for i in range(len(calls)):
+                t = clock()
                 fn()
-            times[name].append((time.perf_counter() - t) / n * 1e6)
+                calls[i] = clock() - t
             gc.enable()
+            times[name].append(statistics.median(calls) * 1e6)
     return times
 
 
+def spread(values: list[float]) -> list[float]:
+    """[best, median, worst] of the rounds."""
+    v = sorted(values)
+    return [v[0], v[len(v) // 2], v[-1]]
+
+
 def summarize(x: float, times: dict[str, list[float]]) -> dict[str, Any]:
+    """A point of a curve: each library's best round (and spread), and the speed-up as the
+    median over rounds of TorchRL's time ÷ mixreplay's in the same round (back to back)."""
     m, t = times["mixreplay"], times.get("torchrl")
-    point: dict[str, Any] = {"x": x, "mixreplay_us": min(m), "mixreplay_range": [min(m), max(m)]}
+    point: dict[str, Any] = {"x": x, "mixreplay_us": min(m), "mixreplay_range": spread(m)}
     if t:
         ratios = [b / a for a, b in zip(m, t)]
         point.update(
             torchrl_us=min(t),
-            torchrl_range=[min(t), max(t)],
-            speedup=min(t) / min(m),
+            torchrl_range=spread(t),
+            speedup=statistics.median(ratios),
             speedup_range=[min(ratios), max(ratios)],
         )
     return point
@@ -305,9 +328,23 @@ def build_pair(make, offline: int, online: int, est_bytes: int, peers: bool) -> 
     return buffers, f"built in {time.perf_counter() - t:.1f} s"
 
 
-def time_pair(buffers: dict, batch: int, args) -> dict[str, list[float]]:
-    fns = {name: (lambda rb=rb: rb.sample(batch)) for name, rb in buffers.items()}
-    return alternate(fns, args.rounds, args.seconds)
+def time_points(cases: list[tuple[float, dict, int]], args) -> list[dict]:
+    """Time ``sample(batch)`` of every buffer of every ``(x, buffers, batch)`` case.
+
+    All points of a curve are timed in the same rounds (every point, both libraries, the order
+    reversed every round), so a change of the machine's load shifts the whole curve rather
+    than bending it.
+    """
+    fns = {
+        (i, lib): (lambda rb=rb, b=batch: rb.sample(b))
+        for i, (_, buffers, batch) in enumerate(cases)
+        for lib, rb in buffers.items()
+    }
+    times = alternate(fns, args.rounds, args.seconds)
+    return [
+        summarize(x, {lib: times[(i, lib)] for lib in buffers})
+        for i, (x, buffers, _) in enumerate(cases)
+    ]
 
 
 # -- curves 1-3: sampling time -----------------------------------------------------------------
@@ -319,7 +356,7 @@ def curve_batch(args, cfg) -> dict:
     buffers, note = build_pair(
         hopper_rows, cfg["offline"], cfg["online"], 0, peers=not args.no_torchrl
     )
-    points = [summarize(b, time_pair(buffers, b, args)) for b in cfg["batches"]]
+    points = time_points([(b, buffers, b) for b in cfg["batches"]], args)
     return {
         "title": "mixed sample(B) against batch size B",
         "setup": f"offline {cfg['offline']:,} + online {cfg['online']:,} Hopper-shaped rows "
@@ -335,34 +372,34 @@ def curve_capacity(args, cfg) -> dict:
     def pendulum(n: int, seed: int):
         return obs_rows(n, 3, seed)
 
-    points, note, stopped = [], "", None
+    cases, stopped = [], None
     for cap in cfg["capacities"]:
-        gc.collect()
-        # TorchRL keeps one tensor per key (36 B a row here) and the sampled rows: 2 sources.
-        est = 2 * cap * 48
+        # TorchRL keeps one tensor per key (36 B a row here, 48 with padding), 2 sources.
         buffers, note = build_pair(
-            pendulum, cap, cap, est, peers=not args.no_torchrl and not stopped
+            pendulum, cap, cap, 2 * cap * 48, peers=not args.no_torchrl and not stopped
         )
         if "torchrl" not in buffers and stopped is None and not args.no_torchrl:
             stopped = {"x": cap, "why": note}
-        points.append(summarize(cap, time_pair(buffers, 256, args)))
+        cases.append((cap, buffers, 256))
         print(f"  capacity {cap:,}: TorchRL {note}", flush=True)
-        del buffers
+    points = time_points(cases, args)
+    for point, (_, buffers, _) in zip(points, cases):
+        point["packed_bytes"] = buffers["mixreplay"].online_buffer.storage.row_bytes
+    del cases, buffers
     return {
         "title": "mixed sample(256) against ring capacity C",
         "setup": "online ring of capacity C, full, + offline dataset of C rows; Pendulum-shaped "
         "rows (36 B of data)",
         "x": "ring capacity C (rows; the offline dataset holds C rows too)",
         "points": points,
-        "torchrl_note": note,
+        "torchrl_note": "",
         "torchrl_stopped_at": stopped,
     }
 
 
 def curve_rowsize(args, cfg) -> dict:
-    points, stopped = [], None
+    cases, stopped = [], None
     for target in cfg["row_bytes"]:
-        gc.collect()
         d = obs_dim_for(target)
         nbytes = data_bytes(d)
         rows = max(1024, int(cfg["source_mb"] * MiB) // nbytes)
@@ -375,16 +412,16 @@ def curve_rowsize(args, cfg) -> dict:
         )
         if "torchrl" not in buffers and stopped is None and not args.no_torchrl:
             stopped = {"x": nbytes, "why": note}
-        point = summarize(nbytes, time_pair(buffers, 256, args))
-        point.update(
-            rows=rows, obs_dim=d, packed_bytes=buffers["mixreplay"].online_buffer.storage.row_bytes
-        )
-        points.append(point)
-        del buffers
+        cases.append((nbytes, buffers, 256))
+    points = time_points(cases, args)
+    for point, (_, buffers, _) in zip(points, cases):
+        storage = buffers["mixreplay"].online_buffer.storage
+        point.update(rows=len(storage), packed_bytes=storage.row_bytes)
+    del cases, buffers
     return {
         "title": "mixed sample(256) against row size",
-        "setup": f"observation + next observation f32[d], action, reward, 4 flags; "
-        f"{cfg['source_mb']:g} MiB of rows per source",
+        "setup": "observation + next observation f32[d], action, reward, 4 flags; "
+        f"{cfg['source_mb']:g} MiB of rows per source (at least 1,024 rows)",
         "x": "row size (bytes of data per transition)",
         "points": points,
         "torchrl_note": "",
@@ -404,6 +441,7 @@ def child_memory(path: str, samples: int, threads: int) -> dict:
     torch.set_num_threads(threads)
     gc.collect()
     m0 = memory_now()
+    u0 = resource.getrusage(resource.RUSAGE_SELF)
     ds = load_memmap(path, batch_size=256, generator=0)
     m1 = memory_now()
     ds.sample()
@@ -413,6 +451,7 @@ def child_memory(path: str, samples: int, threads: int) -> dict:
     us = (time.perf_counter() - t) / max(1, samples - 1) * 1e6
     gc.collect()
     m2 = memory_now()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     m2["dataset_pages"] = mapped_rss(str(Path(path).resolve() / "rows.bin"))
     m0["dataset_pages"] = 0
     return {
@@ -421,6 +460,10 @@ def child_memory(path: str, samples: int, threads: int) -> dict:
         "open": {k: m1[k] - m0[k] for k in m1},
         "sampled": {k: m2[k] - m0[k] for k in m0},
         "sample_us": us,
+        "faults": {  # page faults while opening and sampling; major ones read the disk
+            "minor": usage.ru_minflt - u0.ru_minflt,
+            "major": usage.ru_majflt - u0.ru_majflt,
+        },
     }
 
 
@@ -503,30 +546,31 @@ def print_table(name: str, res: dict) -> None:
     if name == "memory":
         print(
             "| dataset | rows | anonymous growth | anonymous ÷ dataset | dataset pages resident "
-            "| total RSS growth | sample(256) µs |"
+            "| total RSS growth | sample(256) µs | page faults: minor, major |"
         )
-        print("|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
         for p in res["points"]:
             s = p["sampled"]
             print(
                 f"| {fmt_x(name, p['x'])} | {p['rows']:,} | {s['Anonymous'] / MiB:.2f} MiB "
                 f"| {s['Anonymous'] / p['file_bytes']:.3%} | {s['dataset_pages'] / MiB:.1f} MiB "
-                f"| {s['VmRSS'] / MiB:.1f} MiB | {p['sample_us']:.1f} |"
+                f"| {s['VmRSS'] / MiB:.1f} MiB | {p['sample_us']:.1f} "
+                f"| {p['faults']['minor']:,}, {p['faults']['major']:,} |"
             )
     else:
         print(
-            f"| {res['x'].split(' (')[0]} | mixreplay µs (best; range) | TorchRL µs (best; range) "
-            "| mixreplay/TorchRL | speed-up (range across rounds) |"
+            f"| {res['x'].split(' (')[0]} | mixreplay µs: best (median, worst) "
+            "| TorchRL µs: best (median, worst) | mixreplay/TorchRL | speed-up: median (range) |"
         )
         print("|---:|---:|---:|---:|---:|")
         for p in res["points"]:
-            lo, hi = p["mixreplay_range"]
-            m = f"{fmt_us(p['mixreplay_us'])} ({fmt_us(lo)}–{fmt_us(hi)})"
+            _, med, hi = p["mixreplay_range"]
+            m = f"{fmt_us(p['mixreplay_us'])} ({fmt_us(med)}, {fmt_us(hi)})"
             t = r = s = "—"
             if "torchrl_us" in p:
-                lo, hi = p["torchrl_range"]
-                t = f"{fmt_us(p['torchrl_us'])} ({fmt_us(lo)}–{fmt_us(hi)})"
-                r = f"{p['mixreplay_us'] / p['torchrl_us']:.3f}"
+                _, med, hi = p["torchrl_range"]
+                t = f"{fmt_us(p['torchrl_us'])} ({fmt_us(med)}, {fmt_us(hi)})"
+                r = f"{1 / p['speedup']:.3f}"
                 lo, hi = p["speedup_range"]
                 s = f"{p['speedup']:.1f}× ({lo:.1f}–{hi:.1f})"
             print(f"| {fmt_x(name, p['x'])} | {m} | {t} | {r} | {s} |")
@@ -571,6 +615,7 @@ def draw(results: dict, out: Path, env: dict) -> None:
         ax.grid(True, which="major", alpha=0.3)
         if res is None or not res["points"]:
             ax.set_title(f"{name}: not measured")
+            ax.set_axis_off()
             ax.text(
                 0.5,
                 0.5,
@@ -606,8 +651,8 @@ def draw(results: dict, out: Path, env: dict) -> None:
     fig.suptitle(
         f"mixreplay {env.get('mixreplay', '')} against TorchRL {env.get('torchrl', '')}, "
         f"torch {env.get('torch', '')}, {env.get('cpus', '?')} CPUs (a shared machine)\n"
-        "times: best round, the libraries alternated; bands: range across rounds; "
-        "boxed labels: TorchRL's time ÷ mixreplay's",
+        "times: median call of the best round, the libraries alternated; bands: best to median "
+        "round;\nboxed labels: TorchRL's time ÷ mixreplay's, median over the rounds",
         fontsize=10,
     )
     fig.tight_layout(rect=(0, 0, 1, 0.96), h_pad=2.0)
@@ -635,7 +680,7 @@ def draw_times(ax, pts: list, env: dict) -> None:
         ax.fill_between(
             xs,
             [p[f"{lib}_range"][0] for p in have],
-            [p[f"{lib}_range"][1] for p in have],
+            [p[f"{lib}_range"][1] for p in have],  # the better half of the rounds
             color=colors[lib],
             alpha=0.15,
             linewidth=0,
@@ -690,12 +735,12 @@ def main(argv=None) -> dict:
     )
     p.add_argument("--curve", choices=(*CURVES, "all"), action="append", help="repeatable")
     p.add_argument("--quick", action="store_true", help="tiny sizes, one round: a smoke test")
-    p.add_argument("--rounds", type=int, default=None, help="default 7 (--quick: 2)")
+    p.add_argument("--rounds", type=int, default=None, help="default 9 (--quick: 2)")
     p.add_argument(
         "--seconds",
         type=float,
         default=None,
-        help="per library, round and point; default 0.2 (--quick: 0.01)",
+        help="per library, round and point; default 0.1 (--quick: 0.01)",
     )
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--out", type=Path, default=HERE.parent / "docs" / "perf.png")
@@ -707,9 +752,9 @@ def main(argv=None) -> dict:
     given = {"rounds": args.rounds, "seconds": args.seconds}  # echoed in the commands
     args.given = {k: v for k, v in given.items() if v is not None}
     if args.rounds is None:
-        args.rounds = 2 if args.quick else 7
+        args.rounds = 2 if args.quick else 9
     if args.seconds is None:
-        args.seconds = 0.01 if args.quick else 0.2
+        args.seconds = 0.01 if args.quick else 0.1
 
     if args.child:
         import torch

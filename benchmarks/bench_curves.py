@@ -28,6 +28,10 @@ torchrl 0.14.1 measured in the same process:
 Each timing point: both libraries are built, then every point of a curve and both libraries
 are timed in the same ``--rounds`` rounds (the order flips every round) of about ``--seconds``
 per point and library; every call is timed on its own, and a round keeps its median call.
+A call's time is the CPU time of the calling thread (``--clock cpu``, the default with one
+torch thread): on an idle machine the same as the elapsed time of this single-threaded work,
+on a shared one without the time the scheduler hands to other processes (which a median
+alone cannot remove from calls of several milliseconds). ``--clock wall`` times elapsed time.
 The curve is the best round; the band runs from the best round to the median one; the tables
 give best, median and worst. The speed-up is the median over rounds of TorchRL's time ÷
 mixreplay's in the same round (the two are timed back to back), with its range.
@@ -220,29 +224,46 @@ def calibrate(fn: Callable[[], Any], seconds: float) -> int:
     return max(3, round(n * seconds / max(dt, 1e-9)))
 
 
-def alternate(fns: dict[Any, Callable[[], Any]], rounds: int, seconds: float) -> dict[Any, list]:
+CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
+
+
+def clock_overhead(clock: Callable[[], float]) -> float:
+    """Seconds that timing an empty interval with ``clock`` reads (subtracted from each call)."""
+    gaps = []
+    for _ in range(2000):
+        t = clock()
+        gaps.append(clock() - t)
+    return statistics.median(gaps)
+
+
+def alternate(
+    fns: dict[Any, Callable[[], Any]], rounds: int, seconds: float, clock: str
+) -> dict[Any, list]:
     """The median µs per call of each function in each round.
 
     Every call is timed on its own and a round keeps its median call: on a machine shared with
     other work, a call the scheduler interrupted is an outlier the median ignores (a mean
-    would not). The order of the functions flips every round, so all of them see the same
-    drift of the machine's load.
+    would not). With ``clock="cpu"`` a call's time is the CPU time of this thread
+    (``time.thread_time``): the wall time of this single-threaded work on an idle machine,
+    without the time the scheduler gave to other processes. The order of the functions flips
+    every round, so all of them see the same drift of the machine's load.
     """
+    read = CLOCKS[clock]
     numbers = {name: calibrate(fn, seconds) for name, fn in fns.items()}
     times: dict[Any, list[float]] = {name: [] for name in fns}
     names = list(fns)
-    clock = time.perf_counter
+    overhead = clock_overhead(read)
     gc.collect()  # once per curve: a full collection costs ~0.5 s with torch loaded
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:
             fn, calls = fns[name], [0.0] * numbers[name]
             gc.disable()
             for i in range(len(calls)):
-                t = clock()
+                t = read()
                 fn()
-                calls[i] = clock() - t
+                calls[i] = read() - t
             gc.enable()
-            times[name].append(statistics.median(calls) * 1e6)
+            times[name].append((statistics.median(calls) - overhead) * 1e6)
     return times
 
 
@@ -340,7 +361,7 @@ def time_points(cases: list[tuple[float, dict, int]], args) -> list[dict]:
         for i, (_, buffers, batch) in enumerate(cases)
         for lib, rb in buffers.items()
     }
-    times = alternate(fns, args.rounds, args.seconds)
+    times = alternate(fns, args.rounds, args.seconds, args.clock)
     return [
         summarize(x, {lib: times[(i, lib)] for lib in buffers})
         for i, (x, buffers, _) in enumerate(cases)
@@ -522,6 +543,8 @@ def command(args, curve: str) -> str:
         parts.append(f"--{flag} {value}")
     if args.threads != 1:
         parts.append(f"--threads {args.threads}")
+    if args.clock != ("cpu" if args.threads == 1 else "wall"):
+        parts.append(f"--clock {args.clock}")
     if args.no_torchrl:
         parts.append("--no-torchrl")
     return " ".join(parts)
@@ -743,6 +766,13 @@ def main(argv=None) -> dict:
         help="per library, round and point; default 0.1 (--quick: 0.01)",
     )
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument(
+        "--clock",
+        choices=tuple(CLOCKS),
+        default=None,
+        help="cpu: CPU time of the timing thread (the default with --threads 1: immune to other "
+        "processes' load); wall: elapsed time (the default, and the only choice, with more threads)",
+    )
     p.add_argument("--out", type=Path, default=HERE.parent / "docs" / "perf.png")
     p.add_argument("--replot", action="store_true", help="only redraw from the saved numbers")
     p.add_argument("--no-torchrl", action="store_true", help="measure mixreplay only")
@@ -755,6 +785,13 @@ def main(argv=None) -> dict:
         args.rounds = 2 if args.quick else 9
     if args.seconds is None:
         args.seconds = 0.01 if args.quick else 0.1
+    if args.clock is None:
+        args.clock = "cpu" if args.threads == 1 else "wall"
+    if args.clock == "cpu" and args.threads != 1:
+        p.error(
+            f"--clock cpu times the calling thread only, so it needs --threads 1, got "
+            f"--threads {args.threads}: pass --clock wall"
+        )
 
     if args.child:
         import torch
@@ -789,7 +826,9 @@ def main(argv=None) -> dict:
         res = measure[name](args, cfgs[name])
         res["command"] = command(args, name)
         timing = (
-            "" if name == "memory" else f"best of {args.rounds} rounds of ~{args.seconds:g} s, "
+            ""
+            if name == "memory"
+            else f"{args.clock} time, best of {args.rounds} rounds of ~{args.seconds:g} s, "
         )
         res["meta"] = (
             f"{time.strftime('%Y-%m-%d %H:%M')}, {timing}{env['threads']} torch thread(s), "

@@ -576,7 +576,7 @@ def print_table(name: str, res: dict) -> None:
             s = p["sampled"]
             print(
                 f"| {fmt_x(name, p['x'])} | {p['rows']:,} | {s['Anonymous'] / MiB:.2f} MiB "
-                f"| {s['Anonymous'] / p['file_bytes']:.3%} | {s['dataset_pages'] / MiB:.1f} MiB "
+                f"| {100 * s['Anonymous'] / p['file_bytes']:.2g} % | {s['dataset_pages'] / MiB:.1f} MiB "
                 f"| {s['VmRSS'] / MiB:.1f} MiB | {p['sample_us']:.1f} "
                 f"| {p['faults']['minor']:,}, {p['faults']['major']:,} |"
             )
@@ -741,7 +741,7 @@ def draw_memory(ax, pts: list) -> None:
     for p in annotated(pts):
         anon = p["sampled"]["Anonymous"] / MiB
         ax.annotate(
-            f"{anon:.2f} MiB\n= {anon / p['x']:.2%}",
+            f"{anon:.2f} MiB\n= {100 * anon / p['x']:.2g} %",
             (p["x"], max(floor, anon)),
             textcoords="offset points",
             xytext=(0, 7),
@@ -749,7 +749,8 @@ def draw_memory(ax, pts: list) -> None:
             fontsize=8,
         )
     ax.set_ylabel("growth after open + sampling (MiB)")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.margins(x=0.1)
+    ax.legend(loc="center right", fontsize=8)
 
 
 def main(argv=None) -> dict:

@@ -524,7 +524,8 @@ def curve_memory(args, cfg) -> dict:
     return {
         "title": "memory of a process sampling a memmap dataset",
         "setup": f"load_memmap + {cfg['samples']} sample(256), Hopper-shaped rows "
-        f"({ROW_BYTES} B packed); file in the page cache (just written); fresh process per size",
+        f"({ROW_BYTES} B packed), each file just written (so in the page cache, but for pages "
+        "the kernel evicted: the major faults); fresh process per size",
         "x": "dataset size (MiB on disk)",
         "points": points,
         "torchrl_note": "",

@@ -39,7 +39,7 @@ Torch runs with ``--threads`` intra-op threads: 1 by default, the steadiest figu
 shared machine and the fairest to TorchRL, whose per-key ``x[idx]`` gathers slow down most
 when threads contend for cores.
 
-    python benchmarks/bench_curves.py                      # all four curves (~5 min), docs/perf.png
+    python benchmarks/bench_curves.py                      # all four curves (~6 min), docs/perf.png
     python benchmarks/bench_curves.py --curve batch        # one curve; the others are redrawn
                                                            # from docs/perf.json (the last run)
     python benchmarks/bench_curves.py --replot             # redraw docs/perf.png from docs/perf.json

@@ -156,7 +156,9 @@ def mixed(args) -> dict:
         f"torch {torch.__version__}, threads {torch.get_num_threads()}, offline {args.offline:,} "
         f"rows, online {args.online:,} rows, best of {args.rounds} interleaved rounds"
     )
-    print(f"{'operation':<44}{'µs':>9}  {'against':<38}{'µs':>9}{'ratio':>8}  {'rounds':>13}  target")
+    print(
+        f"{'operation':<44}{'µs':>9}  {'against':<38}{'µs':>9}{'ratio':>8}  {'rounds':>13}  target"
+    )
     out = {}
     for name, base, target in rows:
         best, lo, hi = ratio_range(times, name, base)
@@ -329,7 +331,9 @@ def designs(args) -> dict:
 
         torchrl_note = "TorchRL's C++ SumSegmentTree loads: time it separately"
     except Exception as err:  # noqa: BLE001 - the point is to show why it does not load
-        torchrl_note = f"TorchRL's C++ tree does not load here: {type(err).__name__}: {str(err)[:90]}"
+        torchrl_note = (
+            f"TorchRL's C++ tree does not load here: {type(err).__name__}: {str(err)[:90]}"
+        )
     print(torchrl_note)
     out: dict = {}
     g = torch.Generator().manual_seed(0)
@@ -354,9 +358,13 @@ def designs(args) -> dict:
         u = torch.rand(256, generator=g, dtype=torch.float64)
         fns = {}
         for name, t in trees.items():
-            fns[(name, "sample")] = lambda t=t: t.sample(u)
-            fns[(name, "update")] = lambda t=t: t.assign(index, new)
-            fns[(name, "update+sample+min")] = lambda t=t: (t.assign(index, new), t.sample(u), t.min())
+            fns[(name, "sample")] = lambda t=t, u=u: t.sample(u)
+            fns[(name, "update")] = lambda t=t, index=index, new=new: t.assign(index, new)
+            fns[(name, "update+sample+min")] = lambda t=t, u=u, index=index, new=new: (
+                t.assign(index, new),
+                t.sample(u),
+                t.min(),
+            )
         times = interleaved(fns, args.rounds, max(20, args.number // 10))
         print(f"\n{capacity:,} slots, 256 draws / updates (µs, best round)")
         print(f"{'structure':<48}{'sample':>9}{'update':>9}{'upd+sample+min':>16}")

@@ -561,9 +561,10 @@ class MixingBuffer:
                 updates.append(
                     (src, index[mask], priority.to(index.device)[mask], mask.nonzero().squeeze(-1))
                 )
+        checked = []
         for src, idx, prio, positions in updates:  # everything checked before anything changes
             try:
-                src.sampler.check_priority(idx, prio)
+                checked.append((src, src.sampler.check_priority(idx, prio)))
             except PriorityError as err:
                 bad = err.position
                 where = f" (row {int(positions[bad])} of the batch)" if bad is not None else ""
@@ -571,9 +572,9 @@ class MixingBuffer:
                     f"{err}{where}", position=None if bad is None else int(positions[bad])
                 ) from None
         self._before_write()
-        for src, idx, prio, _ in updates:
+        for src, update in checked:
             with src.storage.lock:
-                src.sampler.update_priority(idx, prio)
+                src.sampler.apply_priority(update)
         self._after_write()
 
     # -- misc ------------------------------------------------------------------------------

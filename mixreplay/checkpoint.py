@@ -60,13 +60,23 @@ from pathlib import Path
 import torch
 
 from mixreplay._foreign import ForeignSource
+from mixreplay._validate import check_type
 from mixreplay._version import __version__
 from mixreplay.buffer import ReplayBuffer
 from mixreplay.errors import CheckpointError, SchemaMismatchError
 from mixreplay.schema import RowLayout, Schema
 from mixreplay.storage import FrozenStorage, TensorStorage
 
-__all__ = ["FORMAT_VERSION", "dumps", "load_state_dict", "loads", "read_state", "state_dict"]
+__all__ = [
+    "FORMAT_VERSION",
+    "dumps",
+    "load_state",
+    "load_state_dict",
+    "loads",
+    "read_state",
+    "save_state",
+    "state_dict",
+]
 
 log = logging.getLogger(__name__)
 
@@ -810,6 +820,46 @@ def _recover(path: Path, *, cleanup: bool) -> None:
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _write_atomically(path: Path, encode) -> None:
+    """Write ``encode(tmp_dir, used_names)``'s JSON tree as the directory ``path``, atomically.
+
+    ``encode`` writes the tensor files into ``tmp_dir`` and returns the metadata tree;
+    see the module docstring for the swap and what a crash at any instant leaves.
+    """
+    if path.exists() and not (path.is_dir() and (not any(path.iterdir()) or _is_checkpoint(path))):
+        raise CheckpointError(
+            f"{path} exists and is not a mixreplay checkpoint; refusing to replace it: "
+            "choose another path or remove it"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _recover(path, cleanup=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent))
+    try:
+        used: set[str] = set()
+        tree = encode(tmp, used)
+        for name in used:
+            _fsync_path(tmp / name)
+        meta = {**tree, "byteorder": "little"}
+        meta["checksum"] = _checksum(meta)
+        with open(tmp / METADATA, "w") as f:
+            json.dump(meta, f, indent=1, allow_nan=False)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_path(tmp)
+        # The swap: old aside, new in, old removed; the parent is synced after each rename.
+        _recover(path, cleanup=False)
+        aside = _aside(path)
+        if path.exists():
+            os.replace(path, aside)
+            _fsync_path(path.parent)
+        os.replace(tmp, path)
+        _fsync_path(path.parent)
+        shutil.rmtree(aside, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def dumps(buffer, path: str | os.PathLike) -> Path:
     """Save ``buffer`` to the directory ``path``, atomically (see the module docstring).
 
@@ -835,39 +885,12 @@ def dumps(buffer, path: str | os.PathLike) -> Path:
         True
     """
     path = Path(path).expanduser().absolute()
-    if path.exists() and not (path.is_dir() and (not any(path.iterdir()) or _is_checkpoint(path))):
-        raise CheckpointError(
-            f"{path} exists and is not a mixreplay checkpoint; refusing to replace it: "
-            "choose another path or remove it"
-        )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _recover(path, cleanup=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent))
-    try:
-        used: set[str] = set()
+
+    def encode(directory: Path, used: set) -> dict:
         with _locked(buffer):
-            tree = _encode(_collect(buffer, copy_rows=False), tmp, (), used)
-        for name in used:
-            _fsync_path(tmp / name)
-        meta = {**tree, "byteorder": "little"}
-        meta["checksum"] = _checksum(meta)
-        with open(tmp / METADATA, "w") as f:
-            json.dump(meta, f, indent=1, allow_nan=False)
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_path(tmp)
-        # The swap: old aside, new in, old removed; the parent is synced after each rename.
-        _recover(path, cleanup=False)
-        aside = _aside(path)
-        if path.exists():
-            os.replace(path, aside)
-            _fsync_path(path.parent)
-        os.replace(tmp, path)
-        _fsync_path(path.parent)
-        shutil.rmtree(aside, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            return _encode(_collect(buffer, copy_rows=False), directory, (), used)
+
+    _write_atomically(path, encode)
     log.info("saved %s to %s", type(buffer).__name__, path)
     return path
 
@@ -897,6 +920,11 @@ def read_state(path: str | os.PathLike) -> dict:
             truncated, corrupt or edited, or its format version is unknown.
     """
     path = _resolve(Path(path).expanduser().absolute())
+    return _decode_meta(path, _read_meta(path))
+
+
+def _read_meta(path: Path) -> dict:
+    """The verified metadata of the checkpoint directory ``path`` (format, version, checksum)."""
     meta_file = path / METADATA
     try:
         meta = json.loads(meta_file.read_text())
@@ -918,12 +946,57 @@ def read_state(path: str | os.PathLike) -> dict:
             f"{expected!r}); restore the original file or save the checkpoint again"
         )
     meta.pop("byteorder", None)
+    return meta
+
+
+def _decode_meta(path: Path, meta) -> dict:
     try:
         return _decode(meta, path, "state")
     except KeyError as err:
         raise CheckpointError(
-            f"{meta_file}: a tensor entry lacks {err}; the checkpoint is corrupt"
+            f"{path / METADATA}: a tensor entry lacks {err}; the checkpoint is corrupt"
         ) from None
+
+
+def save_state(path: str | os.PathLike, state: dict) -> Path:
+    """Save ``state``, any nested dict of tensors and JSON values, as the directory ``path``.
+
+    Atomic like :func:`dumps` (a crash at any instant leaves the previous or the new
+    state) and checked like it when read back by :func:`load_state`. Nothing is
+    pickled: keys must be strings, values tensors, dicts, lists or JSON scalars.
+
+    Returns:
+        The directory written.
+
+    Examples:
+        >>> import tempfile, torch
+        >>> path = save_state(tempfile.mkdtemp() + "/state", {"step": 3, "w": torch.ones(2)})
+        >>> load_state(path)
+        {'step': 3, 'w': tensor([1., 1.])}
+    """
+    check_type(state, "state", dict, hint="save_state writes a dict of tensors and JSON values")
+    path = Path(path).expanduser().absolute()
+
+    def encode(directory: Path, used: set) -> dict:
+        body = _encode(state, directory, ("state",), used)
+        return {"format": FORMAT, "format_version": FORMAT_VERSION, "state": body}
+
+    _write_atomically(path, encode)
+    return path
+
+
+def load_state(path: str | os.PathLike) -> dict:
+    """The state saved by :func:`save_state` at ``path``, every file checked.
+
+    A directory written by :func:`dumps` reads as that buffer's state dict (the
+    one :meth:`~mixreplay.ReplayBuffer.load_state_dict` takes).
+
+    Raises:
+        CheckpointError: missing, truncated, corrupt or edited files, or an unknown format version.
+    """
+    path = _resolve(Path(path).expanduser().absolute())
+    meta = _read_meta(path)
+    return _decode_meta(path, meta["state"] if "state" in meta else meta)
 
 
 def loads(buffer, path: str | os.PathLike, *, allow_offline_mismatch: bool = False) -> None:

@@ -800,3 +800,32 @@ def test_a_plain_buffer_as_offline_side_is_fingerprinted_by_its_rows(tmp_path):
         match="offline source 'offline' is not the dataset .*300 rows saved, 301 given",
     ):
         make().loads(tmp_path / "ck")
+
+
+def test_save_state_round_trips_any_nested_state_and_checks_it_on_load(tmp_path):
+    from mixreplay.checkpoint import load_state, save_state
+
+    rb = ReplayBuffer(storage=LazyTensorStorage(50), batch_size=4, generator=0)
+    rb.extend(id_rows(0, 20))
+    state = {"buffer": rb.state_dict(), "writers": {"w1": {"floor": 3, "applied": [[4, 0, 2]]}}}
+    path = save_state(tmp_path / "state", state)
+    back = load_state(path)
+    assert back["writers"] == state["writers"]
+    twin = ReplayBuffer(storage=LazyTensorStorage(50), batch_size=4, generator=0)
+    twin.load_state_dict(back["buffer"])
+    assert (twin.sample() == rb.sample()).all()
+    save_state(path, {"step": 2})  # replaces the previous state, atomically
+    assert load_state(path) == {"step": 2}
+    rb.dumps(tmp_path / "ckpt")  # a buffer checkpoint reads as that buffer's state dict
+    assert load_state(tmp_path / "ckpt")["buffer"] == "ReplayBuffer"
+
+    meta = json.loads((path / METADATA).read_text())
+    meta["state"]["step"] = 3
+    (path / METADATA).write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="was edited or corrupted"):
+        load_state(path)
+    with pytest.raises(TypeError, match=r"state must be a dict, got list \[1\]"):
+        save_state(tmp_path / "other", [1])
+    with pytest.raises(CheckpointError, match=r"cannot store a object at state\.x"):
+        save_state(tmp_path / "other", {"x": object()})
+    assert not (tmp_path / "other").exists()

@@ -98,6 +98,11 @@ class RayReplayBuffer:
     actor dies, every call raises :class:`~mixreplay.errors.BufferActorError`;
     with ``ray_options={"max_restarts": ...}`` and ``checkpoint_dir``, Ray
     restarts it and it reloads its last checkpoint (rows written after it are lost).
+    Writes are exactly once: each message of rows carries a chunk id that the actor
+    applies once and checkpoints with the rows, so a write retried by Ray
+    (``"max_task_retries": -1``, recommended) or by you (the same :meth:`extend`
+    call again, or :meth:`RayWriter.flush <mixreplay.distributed.RayWriter.flush>`)
+    after a crash is never stored twice, even when the actor had checkpointed it.
 
     Ray must be initialized first (``ray.init()``); mixreplay never starts Ray or
     changes its network or authentication settings.

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from mixreplay._validate import check_bool, check_int, check_path, check_type
+from mixreplay._validate import check_bool, check_int, check_path, check_real, check_type
 from mixreplay.distributed.chunks import ChunkIds
 from mixreplay.distributed.host import BufferHost, info_tensordict
 from mixreplay.distributed.pipeline import CallPipeline
@@ -481,6 +481,7 @@ class RayReplayBuffer:
         request: a call made right after it may still run). After ``timeout``
         seconds without confirmation it logs a warning and returns.
         """
+        timeout = check_real(timeout, "timeout", min=0)
         self._queue.clear()
         if self._pipeline is not None:
             self._pipeline.close()

@@ -15,16 +15,15 @@ import logging
 import sys
 
 import pytest
+import ray
 import ray_helpers
 from ray_helpers import hopper_rows, stored_online_rows, wait_until_back
 
 from mixreplay import OfflineToOnlineReplayBuffer
 from mixreplay.datasets.memmap import write_memmap_dataset
+from mixreplay.distributed import RayReplayBuffer
 from mixreplay.distributed.host import EXIT_AFTER_CHECKPOINT
 from mixreplay.errors import BufferActorError
-
-ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'mixreplay[ray]'")
-from mixreplay.distributed import RayReplayBuffer  # noqa: E402
 
 pytestmark = pytest.mark.ray
 

@@ -13,6 +13,7 @@ import signal
 import sys
 
 import pytest
+import ray
 import ray_helpers
 import torch
 from ray_helpers import hopper_rows, stored_online_rows, wait_until_back
@@ -25,10 +26,8 @@ from mixreplay import (
 )
 from mixreplay.checkpoint import load_state
 from mixreplay.datasets.memmap import write_memmap_dataset
+from mixreplay.distributed import RayReplayBuffer
 from mixreplay.errors import BufferActorError
-
-ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'mixreplay[ray]'")
-from mixreplay.distributed import RayReplayBuffer  # noqa: E402
 
 pytestmark = pytest.mark.ray
 

@@ -185,3 +185,21 @@ def test_bench_ray_quick():
     assert re.search(r"\| torchrl 0\.14 RayReplayBuffer \(blocking\)\s+\|\s+[\d,]+ \|", text)
     assert "| mixreplay rb.sample(256)" in text
     assert "2 collectors at 2,000 rows/s each" in text
+
+
+def test_bench_versions_tiny(tmp_path):
+    # the checkout against itself: the table has every operation, each ratio a number
+    text = run_bench(
+        "bench_versions.py",
+        "--baseline",
+        str(ROOT),
+        "--rounds",
+        "1",
+        "--offline",
+        "2000",
+        "--online",
+        "1000",
+        tmp=tmp_path,
+    )
+    for op in ("sample(256)", "extend(1)", "extend(1000)", "dumps", "loads"):
+        assert re.search(rf"^{re.escape(op)}(\s+[\d.]+){{5}}x\s+[\d.]+-[\d.]+x$", text, re.M), op

@@ -619,3 +619,20 @@ def test_frozen_dedup_checks_its_parts():
         DedupFrozenStorage(*parts[:3], parts.next_slots[:1], parts.next_rows[:1])
     with pytest.raises(TypeError, match=r"dedup_rows expects a \[n\] TensorDict of rows, got dict"):
         dedup_rows({"x": torch.zeros(2)})
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 100])
+def test_episode_ends_keep_their_own_copy_even_when_equal(chunk):
+    # a constant observation: every next value equals the following row's, yet the
+    # last step of each episode keeps its own (TED's flags say the episode ended there)
+    td = episodes([4, 3, 5], zeros=False)
+    td["pixels"].zero_()
+    td["next", "pixels"].zero_()
+    td["state"].zero_()
+    td["next", "state"].zero_()
+    td["next", "step_count"] = td["step_count"].roll(-1, 0)
+    s = LazyTensorStorage(50, dedup_next=True)
+    for c in chunks(td, [chunk] * 12):
+        s.extend(c)
+    assert s.state_dict()["next_slots"].tolist() == [3, 6, 11]  # two ends and the newest
+    assert_identical(s[:], FrozenStorage.from_tensordict(td)[:])

@@ -173,11 +173,15 @@ class DedupLayout:
         self.x_words = max(1, -(-x // WORD_BYTES))
         # the full row's padding, zeroed in gathered rows (rows are compared as words)
         self.pad = (full.data_bytes, full.row_bytes - full.data_bytes)
-        self._ends = tuple(
-            (full_at[k], stored_at[k], schema[k].nbytes)
-            for k in END_KEYS
-            if k in schema and k not in keys
-        )
+        ends: list[list[int]] = []  # [full, stored, size]: the next flags, merged when adjacent
+        for f in full.fields:
+            if f.key in END_KEYS and f.key not in keys:
+                fo, so = full_at[f.key], stored_at[f.key]
+                if ends and (fo, so) == (ends[-1][0] + ends[-1][2], ends[-1][1] + ends[-1][2]):
+                    ends[-1][2] += f.nbytes
+                else:
+                    ends.append([fo, so, f.nbytes])
+        self._ends = tuple((fo, so, size) for fo, so, size in ends)
 
     @property
     def deduplicated(self) -> bool:
@@ -236,6 +240,19 @@ class DedupLayout:
             out = hit if out is None else out | hit
         return out
 
+    def row_ends(self, row: torch.Tensor) -> bool:
+        """Whether the stored row ``row [1, Ws]`` ends an episode (an episode flag is set)."""
+        u8 = row.view(torch.uint8)
+        return any(bool(u8[0, at : at + size].any()) for _, at, size in self._ends)
+
+    def continues(self, x: torch.Tensor, words: torch.Tensor) -> bool:
+        """Whether the exception row ``x [1, Xw]`` holds, byte for byte, the root values of
+        the full row ``words [1, W]`` (so it need not be kept)."""
+        return all(
+            torch.equal(_cols(x, r.x, r.size, r.align), _cols(words, r.root, r.size, r.align))
+            for r in self.next_runs
+        )
+
     def differs(self, words: torch.Tensor) -> torch.Tensor:
         """Per row but the last of full rows ``[k, W]``: whether its next values differ
         (in any byte) from the following row's root values."""
@@ -246,14 +263,6 @@ class DedupLayout:
             mine = _cols(words[:-1], r.full, r.size, r.align)
             theirs = _cols(words[1:], r.root, r.size, r.align)
             out |= mine.ne(theirs).any(1)
-        return out
-
-    def differs_from(self, x: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
-        """Per row: whether exception rows ``x [k, Xw]`` differ from the root values of
-        full rows ``words [k, W]``."""
-        out = torch.zeros(words.shape[0], dtype=torch.bool, device=words.device)
-        for r in self.next_runs:
-            out |= _cols(x, r.x, r.size, r.align).ne(_cols(words, r.root, r.size, r.align)).any(1)
         return out
 
     # -- reading -------------------------------------------------------------------------

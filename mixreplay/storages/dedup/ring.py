@@ -165,7 +165,11 @@ class _DedupRing(DedupReads, TensorStorage):
         words: torch.Tensor,
         fresh: tuple[DedupLayout, torch.Tensor, torch.Tensor, _Pool] | None,
     ) -> Callable[[], torch.Tensor]:
-        """Decide the write of full rows ``words``; return what commits it."""
+        """Decide the write of full rows ``words``; return what commits it.
+
+        Nothing is changed here except, when the pool must grow, a new larger pool
+        made (and adopted by the commit).
+        """
         if fresh is None:
             dl, rows, exception_of, pool = self._dedup, self._rows, self._exception_of, self._pool
             assert (
@@ -182,62 +186,80 @@ class _DedupRing(DedupReads, TensorStorage):
         k = min(n, cap)  # rows kept: the last ``cap`` of a write larger than the ring
         w = words[n - k :]
         first = (start + n - k) % cap
-        slots = torch.arange(first, first + k, device=device)
-        if first + k > cap:
-            slots.remainder_(cap)
-        # Which written rows keep their own next values.
-        keep = torch.ones(k, dtype=torch.bool, device=device)
-        if dl.deduplicated:
-            keep[:-1] = dl.differs(w)
-            ends = dl.ends(w)
-            if ends is not None:
-                keep |= ends
-            if first + k >= cap:  # the ring's last slot reads no following row
-                keep[cap - 1 - first] = True
-        else:
-            keep.zero_()
         # The previous newest row may now read its next values from the first row written.
         prev, prev_free = -1, -1
         if dl.deduplicated and length and k < cap:
             prev = (start - 1) % cap
             pe = int(exception_of[prev])
-            if pe >= 0 and prev != cap - 1:
-                same = not bool(dl.differs_from(pool.rows[pe : pe + 1], w[:1])[0])
-                ends_prev = dl.ends(rows[prev : prev + 1], stored=True)
-                if same and not (ends_prev is not None and bool(ends_prev[0])):
-                    prev_free = pe
-        # Exceptions of overwritten rows are given back.
-        old = exception_of.index_select(0, slots)
-        freed = old[old >= 0].tolist()
+            if (
+                pe >= 0
+                and prev != cap - 1
+                and not dl.row_ends(rows[prev : prev + 1])
+                and dl.continues(pool.rows[pe : pe + 1], w[:1])
+            ):
+                prev_free = pe
+        if k == 1:  # one env step: scalars, no masks
+            slots = None
+            old = int(exception_of[first])
+            freed = [old] if old >= 0 else []
+            kept = None
+            m = int(dl.deduplicated)  # the newest row keeps its own
+        else:
+            slots = torch.arange(first, first + k, device=device)
+            if first + k > cap:
+                slots.remainder_(cap)
+            # Which written rows keep their own next values: the newest, the ring's last
+            # slot (it reads no following row), episode ends, rows whose next values differ.
+            keep = torch.ones(k, dtype=torch.bool, device=device)
+            if dl.deduplicated:
+                keep[:-1] = dl.differs(w)
+                ends = dl.ends(w[:-1])
+                if ends is not None:
+                    keep[:-1] |= ends
+                if first + k >= cap:
+                    keep[cap - 1 - first] = True
+            else:
+                keep.zero_()
+            old_t = exception_of.index_select(0, slots)
+            freed = old_t[old_t >= 0].tolist()
+            kept = keep.nonzero().squeeze(1)
+            m = int(kept.numel())
         if prev_free >= 0:
             freed.append(prev_free)
-        kept = keep.nonzero().squeeze(1)
-        m = int(kept.numel())
         if m > len(pool.free) + len(freed):
             pool = self._grow_pool(pool, m - len(freed))
-        x = dl.next_values(w.index_select(0, kept)) if m else None
         segments = [(first, 0, min(k, cap - first))]
         if first + k > cap:
             segments.append((0, cap - first, k - (cap - first)))
 
         def commit() -> torch.Tensor:
-            old_pool = self._pool
             free = pool.free
             free.extend(freed)
             ids = free[len(free) - m :]
             del free[len(free) - m :]
-            exception_of.index_fill_(0, slots, -1)
             if prev_free >= 0:
                 exception_of[prev] = -1
-            if x is not None:
-                ids_t = torch.tensor(ids, dtype=torch.int64, device=device)
-                pool.rows.index_copy_(0, ids_t, x)
-                exception_of.index_copy_(0, slots.index_select(0, kept), ids_t.to(torch.int32))
+            if slots is None:
+                exception_of[first] = ids[0] if m else -1
+                if m:
+                    x = pool.rows[ids[0] : ids[0] + 1]
+                    for nr in dl.next_runs:
+                        _cols(x, nr.x, nr.size, nr.align).copy_(
+                            _cols(w, nr.full, nr.size, nr.align)
+                        )
+            else:
+                exception_of.index_fill_(0, slots, -1)
+                if m:
+                    assert kept is not None
+                    ids_t = torch.tensor(ids, dtype=torch.int64, device=device)
+                    pool.rows.index_copy_(0, ids_t, dl.next_values(w.index_select(0, kept)))
+                    exception_of.index_copy_(0, slots.index_select(0, kept), ids_t.to(torch.int32))
             for pos, src, count in segments:
                 for r in dl.runs:
                     _cols(rows[pos : pos + count], r.stored, r.size, r.align).copy_(
                         _cols(w[src : src + count], r.full, r.size, r.align)
                     )
+            old_pool = self._pool
             if pool is not old_pool:
                 self._pool, self._exceptions = pool, pool.rows
                 if old_pool is not None and old_pool.release is not None:

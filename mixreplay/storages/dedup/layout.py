@@ -304,11 +304,15 @@ class DedupLayout:
         ex = exception_of.index_select(0, index)
         hit = (ex >= 0).nonzero().squeeze(1)
         if hit.numel():
-            x = exceptions.index_select(0, ex.index_select(0, hit))
+            # Row by row: a few rows per batch in TED data (one per episode end), and
+            # index_copy_/index_put_ into a strided view cost far more than these copies.
+            rows_at = hit.tolist()
+            from_at = ex.index_select(0, hit).tolist()
             for nr in self.next_runs:
-                _cols(out, nr.full, nr.size, nr.align).index_copy_(
-                    0, hit, _cols(x, nr.x, nr.size, nr.align)
-                )
+                dst = _cols(out, nr.full, nr.size, nr.align)
+                src = _cols(exceptions, nr.x, nr.size, nr.align)
+                for i, e in zip(rows_at, from_at):
+                    dst[i].copy_(src[e])
 
 
 def _select_into(src: torch.Tensor, index: torch.Tensor, dst: torch.Tensor) -> None:

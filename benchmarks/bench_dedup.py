@@ -111,37 +111,52 @@ def torchrl_bytes(storage) -> int:
     return sum(v.nbytes for v in td.values(include_nested=True, leaves_only=True))
 
 
-def profile_dedup(rb, batch: int = 256, number: int = 50) -> None:
-    """Where a dedup sample(256) spends its time (one call per part, best of ``number``)."""
-    storage = rb.storage
-    dl = storage.dedup_layout
+def profile_dedup(rb, plain, batch: int = 256, number: int = 20, rounds: int = 5) -> dict:
+    """Where a dedup sample(256) spends its time, part by part (fresh indices each call)."""
     from mixreplay.storages.dedup.layout import _cols
 
+    storage = rb.storage
+    dl = storage.dedup_layout
     g = torch.Generator().manual_seed(0)
-    idx = torch.randint(len(storage), (batch,), generator=g)
+    draws = [torch.randint(len(storage), (batch,), generator=g) for _ in range(64)]
+    follows = [(i + 1).clamp_(max=storage.max_size - 1) for i in draws]
     out = torch.empty(batch, dl.full.row_words, dtype=torch.int64)
     rows, ex_of = storage._rows, storage._exception_of
+    k = iter(range(1 << 62))
+
+    def nxt():
+        return next(k) % len(draws)
+
     parts = {}
     for i, r in enumerate(dl.runs):
         parts[f"stored run {i} ({r.size} B/row)"] = lambda r=r: torch.index_select(
-            _cols(rows, r.stored, r.size, r.align), 0, idx, out=_cols(out, r.full, r.size, r.align)
+            _cols(rows, r.stored, r.size, r.align),
+            0,
+            draws[nxt()],
+            out=_cols(out, r.full, r.size, r.align),
         )
-    following = (idx + 1).clamp_(max=rows.shape[0] - 1)
     for i, r in enumerate(dl.next_runs):
         parts[f"next run {i} ({r.size} B/row)"] = lambda r=r: torch.index_select(
             _cols(rows, r.stored, r.size, r.align),
             0,
-            following,
+            follows[nxt()],
             out=_cols(out, r.full, r.size, r.align),
         )
-    parts["exception lookup"] = lambda: (ex_of.index_select(0, idx) >= 0).nonzero()
-    parts["whole gather_into"] = lambda: storage.gather_into(idx, out)
+    parts["following index"] = lambda: (draws[nxt()] + 1).clamp_(max=storage.max_size - 1)
+    parts["padding zeroed"] = lambda: out.view(torch.uint8)[:, dl.pad[0] :].zero_()
+    parts["exception lookup"] = lambda: (ex_of.index_select(0, draws[nxt()]) >= 0).nonzero()
+    parts["gather_into (all of it)"] = lambda: storage.gather_into(draws[nxt()], out)
     parts["unpack (TensorDict)"] = lambda: dl.full.unpack(out)
-    parts["rb.sample(256)"] = lambda: rb.sample(batch)
-    times = alternate(parts, 5, number)
-    print("profile of a dedup sample(256):")
+    parts["dedup rb.sample(256)"] = lambda: rb.sample(batch)
+    parts["plain rb.sample(256)"] = lambda: plain.sample(batch)
+    parts["plain index_select(256)"] = lambda: torch.index_select(
+        plain.storage._rows, 0, draws[nxt()], out=out
+    )
+    times = alternate(parts, rounds, number)
+    print("profile of a dedup sample(256), best µs per part:")
     for name, us in times.items():
-        print(f"  {name:<34}{us:10.1f} µs")
+        print(f"  {name:<34}{us:10.1f}")
+    return times
 
 
 def hot_paths_worker(capacity: int, rounds: int) -> None:
@@ -274,7 +289,7 @@ def main(argv=None) -> dict:
         3,
     )
     if args.profile:
-        profile_dedup(dedup)
+        result["profile"] = profile_dedup(dedup, plain)
     plain = ps = None  # free the plain ring (~4.2 GB at 100k rows) before TorchRL's
     gc.collect()
 

@@ -171,7 +171,7 @@ episode_lengths = st.lists(st.integers(1, 9), min_size=1, max_size=12)
     glitch=st.sampled_from([0.0, 0.3]),
     seed=st.integers(0, 2**16),
 )
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 def test_dedup_ring_reads_and_batches_equal_the_plain_rings(
     lengths, capacity, sizes, passes, glitch, seed
 ):
@@ -220,7 +220,7 @@ def test_dedup_ring_reads_and_batches_equal_the_plain_rings(
     glitch=st.sampled_from([0.0, 0.3]),
     seed=st.integers(0, 2**16),
 )
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 def test_checkpoint_round_trips_rows_and_exceptions(lengths, capacity, sizes, glitch, seed):
     td = episodes(lengths, seed=seed, glitch=glitch)
     dedup = LazyTensorStorage(capacity, dedup_next=True)
@@ -264,7 +264,7 @@ def test_checkpoint_round_trips_rows_and_exceptions(lengths, capacity, sizes, gl
     fraction=st.sampled_from([0.25, 0.5, 0.75]),
     seed=st.integers(0, 2**16),
 )
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_mixing_buffers_draw_the_same_batches(lengths, capacity, sizes, fraction, seed):
     online = episodes(lengths, seed=seed, glitch=0.2)
     offline_rows = episodes(lengths[::-1] + [3], seed=seed + 7)
@@ -550,7 +550,7 @@ def test_dedup_keys_skip_flags_and_mismatched_pairs():
     chunk=st.integers(1, 20),
     seed=st.integers(0, 2**16),
 )
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 def test_frozen_dedup_rows_read_back_exactly(lengths, glitch, chunk, seed):
     td = episodes(lengths, seed=seed, glitch=glitch)
     starts = torch.cat([torch.zeros(1, dtype=torch.int64), torch.tensor(lengths).cumsum(0)[:-1]])
@@ -636,3 +636,177 @@ def test_episode_ends_keep_their_own_copy_even_when_equal(chunk):
         s.extend(c)
     assert s.state_dict()["next_slots"].tolist() == [3, 6, 11]  # two ends and the newest
     assert_identical(s[:], FrozenStorage.from_tensordict(td)[:])
+
+
+# -- the memory-mapped ring, the exception rule, checkpoints of whole buffers --------------
+
+
+def ring(kind: str, capacity: int, scratch, *, dedup: bool = True):
+    if kind == "memmap":
+        return LazyMemmapStorage(capacity, scratch_dir=scratch, dedup_next=dedup)
+    return LazyTensorStorage(capacity, dedup_next=dedup)
+
+
+@given(
+    lengths=episode_lengths,
+    capacity=st.integers(1, 24),
+    sizes=st.lists(st.integers(1, 30), min_size=1, max_size=6),
+    passes=st.integers(1, 2),
+    glitch=st.sampled_from([0.0, 0.3]),
+    seed=st.integers(0, 2**16),
+)
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_memmap_dedup_ring_batches_equal_the_plain_rings(
+    tmp_path_factory, lengths, capacity, sizes, passes, glitch, seed
+):
+    td = episodes(lengths, seed=seed, glitch=glitch)
+    scratch = tmp_path_factory.mktemp("memmap-dedup")
+    pairs = {
+        name: (
+            ReplayBuffer(storage=LazyTensorStorage(capacity), sampler=make(), generator=seed),
+            ReplayBuffer(
+                storage=ring("memmap", capacity, scratch / name), sampler=make(), generator=seed
+            ),
+        )
+        for name, make in SAMPLERS.items()
+    }
+    for p in range(passes):
+        for chunk in chunks(td, sizes):
+            for name, (plain, dedup) in pairs.items():
+                assert torch.equal(plain.extend(chunk), dedup.extend(chunk))
+                ga, gb = (torch.Generator().manual_seed(seed + p) for _ in range(2))
+                a, b = draw(plain, name, 4, ga), draw(dedup, name, 4, gb)
+                if isinstance(a, tuple) and a[0] == "error":
+                    assert a == b
+                else:
+                    assert_identical(a[0], b[0])
+                    assert_identical(a[1], b[1])
+    for plain, dedup in pairs.values():
+        assert dedup.storage.filename is not None  # rows in a file, not in memory
+        assert_identical(plain.storage[:], dedup.storage[:])
+        dedup.storage.close()
+    assert not any(scratch.rglob("*.bin"))
+
+
+def differs(td, i: int, keys) -> bool:
+    """Whether row ``i``'s next values differ, in any byte, from row ``i + 1``'s root values."""
+    return any(
+        not torch.equal(as_bytes(td.get(k)[i]), as_bytes(td.get(k[1:])[i + 1])) for k in keys
+    )
+
+
+@given(
+    lengths=episode_lengths,
+    extra=st.integers(0, 5),
+    sizes=st.lists(st.integers(1, 12), min_size=1, max_size=6),
+    glitch=st.sampled_from([0.1, 0.3, 0.6]),
+    seed=st.integers(0, 2**16),
+)
+@settings(max_examples=40, deadline=None)
+def test_exactly_the_rows_whose_next_values_cannot_be_read_keep_their_own_copy(
+    lengths, extra, sizes, glitch, seed
+):
+    # no wrap-around: the kept copies are the episode ends, the rows whose next values
+    # differ from the following row's (in any byte: -0.0, NaN payloads, a flipped pixel
+    # bit) and the newest row; a full ring also its last slot (whose following slot is 0)
+    td = episodes(lengths, seed=seed, glitch=glitch)
+    n = td.batch_size[0]
+    s = LazyTensorStorage(n + extra, dedup_next=True)
+    for chunk in chunks(td, sizes):
+        s.extend(chunk)
+    keys = dedup_keys(Schema.from_tensordict(td))
+    ends = set((torch.tensor(lengths).cumsum(0) - 1).tolist())
+    want = {i for i in range(n - 1) if i in ends or differs(td, i, keys)} | {n - 1}
+    got = set(s.state_dict()["next_slots"].tolist())
+    assert got == want
+    assert s.exceptions == len(want)
+    assert set((s._exception_of[:n] >= 0).nonzero().squeeze(1).tolist()) == want
+    assert_identical(s[:], FrozenStorage.from_tensordict(td)[:])
+
+
+@pytest.mark.parametrize("key", ["pixels", "state", "step_count"])
+@pytest.mark.parametrize("chunk", [1, 2, 8])
+def test_a_next_value_that_differs_from_the_following_rows_keeps_its_own_copy(key, chunk):
+    td = episodes([8], zeros=False)
+    td["next", "step_count"] = td["step_count"].roll(-1, 0)  # consistent in-episode
+    assert not any(differs(td, i, dedup_keys(Schema.from_tensordict(td))) for i in range(7))
+    if key == "state":  # equal as floats, not as bytes
+        td["state"][4] = 0.0
+        td["next", "state"][3] = -0.0
+    elif key == "pixels":
+        td["next", "pixels"][3, 1, 2] ^= 128
+    else:
+        td["next", "step_count"][3] = 99
+    s = LazyTensorStorage(8, dedup_next=True)
+    for c in chunks(td, [chunk] * 8):
+        s.extend(c)
+    assert s.state_dict()["next_slots"].tolist() == [3, 7]
+    got = s[:]
+    assert torch.equal(as_bytes(got["next", key][3]), as_bytes(td["next", key][3]))
+    assert not torch.equal(as_bytes(got["next", key][3]), as_bytes(got[key][4]))
+    assert_identical(got, FrozenStorage.from_tensordict(td)[:])
+
+
+@given(
+    lengths=episode_lengths,
+    capacity=st.integers(2, 20),
+    sizes=st.lists(st.integers(1, 12), min_size=1, max_size=5),
+    glitch=st.sampled_from([0.0, 0.3]),
+    kind=st.sampled_from(["tensor", "memmap"]),
+    name=st.sampled_from(sorted(SAMPLERS)),
+    seed=st.integers(0, 2**16),
+)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_buffer_checkpoints_of_a_dedup_ring_draw_the_same_batches(
+    tmp_path_factory, lengths, capacity, sizes, glitch, kind, name, seed
+):
+    """state_dict/load_state_dict, save_state/load_state and dumps/loads of a ReplayBuffer."""
+    td = episodes(lengths, seed=seed, glitch=glitch)
+    more = episodes(lengths[::-1], seed=seed + 1, glitch=glitch)
+    root = tmp_path_factory.mktemp("ckpt")
+
+    def make(dedup=True, gen=seed, where="x"):
+        storage = ring(kind, capacity, root / where, dedup=dedup)
+        return ReplayBuffer(storage=storage, sampler=SAMPLERS[name](), generator=gen)
+
+    rb, plain = make(), make(dedup=False, where="plain")
+    g = torch.Generator().manual_seed(seed)
+    for chunk in chunks(td, sizes):
+        for buf in (rb, plain):
+            buf.extend(chunk)
+        gen_state = g.get_state()
+        for buf in (rb, plain):
+            g.set_state(gen_state)
+            draw(buf, name, 3, g)
+    state = rb.state_dict()
+    assert state["storage"]["dedup_next"] is True
+    in_memory = make(gen=seed + 1, where="a")
+    in_memory.extend(more[:1])  # a buffer that already holds rows is overwritten
+    in_memory.load_state_dict(state)
+    save_state(root / "state", rb.state_dict(copy=False))
+    from_files = make(gen=seed + 2, where="b")
+    from_files.load_state_dict(load_state(root / "state"))
+    rb.dumps(root / "dumped")
+    loaded = make(gen=seed + 3, where="c")
+    loaded.loads(root / "dumped")
+    as_plain = make(dedup=False, gen=seed + 4, where="d")  # the rows converted, whole
+    as_plain.loads(root / "dumped")
+    twins = [in_memory, from_files, loaded, as_plain]
+    for buf in twins:
+        assert_identical(buf.storage[:], rb.storage[:])
+    # the same batches from here on, and after more writes; the plain ring's too
+    for step, chunk in enumerate([None, *chunks(more, sizes)]):
+        for buf in (rb, plain, *twins):
+            if chunk is not None:
+                buf.extend(chunk)
+        want = draw(rb, name, 5, torch.Generator().manual_seed(step))
+        for buf in (plain, *twins):
+            got = draw(buf, name, 5, torch.Generator().manual_seed(step))
+            if isinstance(want, tuple) and want[0] == "error":
+                assert got == want
+            else:
+                assert_identical(got[0], want[0])
+                assert_identical(got[1], want[1])
+    for buf in (rb, plain, *twins):
+        if kind == "memmap":
+            buf.storage.close()

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_ray.py           # about 2 minutes on 2 cores
     python benchmarks/bench_ray.py --quick   # shorter runs, noisier figures
+    python benchmarks/bench_ray.py --only writes --no-torchrl   # section 1 only
 
 Measures, with Hopper-shaped rows (observation f32[11], action f32[3], next observation
 f32[11], reward f32[1], done/terminated bool[1] at the root and under "next"):
@@ -14,7 +15,11 @@ f32[11], reward f32[1], done/terminated bool[1] at the root and under "next"):
 2. latency of one 256-row batch and of a bare round trip;
 3. the share of a learner's time spent waiting for batches when each batch
    costs 10 ms of work, with and without prefetching, alone and with collectors
-   writing meanwhile.
+   writing meanwhile;
+4. what exactly-once writes add per message, in this process (no Ray, so no
+   scheduling noise): the actor's ``extend_packed`` of one writer message (877 rows)
+   with a chunk id against the same call without one, and the writer's copy of the
+   message it keeps until acknowledged, both as ratios to the message's own cost.
 
 The cluster is ``ray.init(num_cpus=2)`` in a temporary directory, with Ray's token
 authentication on: an ephemeral token is passed through the environment (unless
@@ -218,6 +223,46 @@ def wait_share(rb, work, steps: int, prefetch: int) -> tuple[float, float]:
     return waited / total, total / steps
 
 
+def chunk_overhead(offline_rows: int, messages: int) -> dict:
+    """Per-message cost of exactly-once writes, measured in this process, alternating."""
+    from mixreplay.distributed.chunks import ChunkIds
+    from mixreplay.distributed.host import BufferHost
+    from mixreplay.distributed.wire import Packer, inline_rows
+
+    with tempfile.TemporaryDirectory(prefix="mixreplay-bench-") as tmp:
+        path = write_memmap_dataset(os.path.join(tmp, "offline"), hopper_rows(offline_rows))
+        host = BufferHost(make_buffer, (path,), restarted=False)
+        packer, ids = Packer(), ChunkIds()
+        words = packer.pack(hopper_rows(1000))
+        n = inline_rows(packer.layout.row_bytes)  # a writer's regular message: ~96 KiB
+        message = words[:n]
+        plain, chunked, copy = [], [], []
+        for _ in range(messages):
+            t = time.perf_counter()
+            host.extend_packed(packer.key, message, None, False)
+            t1 = time.perf_counter()
+            (seq,) = ids.take(1)
+            host.extend_packed(packer.key, message, None, False, ids.chunk_id(seq))
+            ids.done([seq])
+            t2 = time.perf_counter()
+            message.copy()  # what the writer keeps until the actor acknowledges
+            t3 = time.perf_counter()
+            plain.append(t1 - t)
+            chunked.append(t2 - t1)
+            copy.append(t3 - t2)
+    med = statistics.median
+    return {"rows": n, "plain": med(plain), "chunked": med(chunked), "copy": med(copy)}
+
+
+def print_overhead(o: dict) -> None:
+    print(
+        f"\nExactly-once writes, per {o['rows']}-row message, in-process medians: actor "
+        f"extend_packed {o['plain'] * 1e6:.0f} us without a chunk id, {o['chunked'] * 1e6:.0f} us "
+        f"with one ({o['chunked'] / o['plain']:.3f}x); the writer's kept copy "
+        f"{o['copy'] * 1e6:.0f} us ({o['copy'] / o['plain']:.3f}x the actor's write)"
+    )
+
+
 def fmt_rate(x: float | None) -> str:
     return "n/a" if x is None else f"{x:,.0f}"
 
@@ -227,7 +272,17 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="shorter runs")
     parser.add_argument("--seconds", type=float, default=None, help="seconds per throughput run")
     parser.add_argument("--no-torchrl", action="store_true", help="skip TorchRL's RayReplayBuffer")
+    parser.add_argument(
+        "--only",
+        choices=("writes", "latency", "learner", "overhead"),
+        default=None,
+        help="run one section (default: all three)",
+    )
     args = parser.parse_args(argv)
+    sections = {"writes", "latency", "learner", "overhead"} if args.only is None else {args.only}
+    if sections == {"overhead"}:
+        print_overhead(chunk_overhead(OFFLINE_ROWS, 2000 if args.quick else 6000))
+        return
     seconds = args.seconds or (1.0 if args.quick else 3.0)
     steps = 60 if args.quick else 200
 
@@ -288,7 +343,7 @@ def main(argv=None) -> None:
                 torchrl_rb = torchrl_client = None
 
         # 1. writes
-        writes = {}
+        writes: dict = {}
         for label, target, one, many in (
             ("mixreplay handle: rb.add / rb.extend (blocking)", rb, "handle.add", "handle.extend"),
             (
@@ -305,6 +360,8 @@ def main(argv=None) -> None:
                 "torchrl.extend",
             ),
         ):
+            if "writes" not in sections:
+                break
             if target is None:
                 writes[label] = (None, None)
                 continue
@@ -315,17 +372,21 @@ def main(argv=None) -> None:
 
         # 2. latency
         reps = 100 if args.quick else 300
-        lat = {
-            "bare actor round trip (plain actor noop)": latency(
-                lambda: ray.get(plain.noop.remote()), reps
-            ),
-            "mixreplay len(rb)": latency(lambda: len(rb), reps),
-            "mixreplay rb.sample(256)": latency(lambda: rb.sample(BATCH, prefetch=0), reps),
-            "plain actor sample(256), TensorDict returned": latency(
-                lambda: ray.get(plain.sample.remote(BATCH)), reps
-            ),
-        }
-        if torchrl_client is not None:
+        lat = (
+            {}
+            if "latency" not in sections
+            else {
+                "bare actor round trip (plain actor noop)": latency(
+                    lambda: ray.get(plain.noop.remote()), reps
+                ),
+                "mixreplay len(rb)": latency(lambda: len(rb), reps),
+                "mixreplay rb.sample(256)": latency(lambda: rb.sample(BATCH, prefetch=0), reps),
+                "plain actor sample(256), TensorDict returned": latency(
+                    lambda: ray.get(plain.sample.remote(BATCH)), reps
+                ),
+            }
+        )
+        if torchrl_client is not None and "latency" in sections:
             lat["torchrl RayReplayBuffer sample(256)"] = latency(
                 lambda: torchrl_client.sample(BATCH), reps
             )
@@ -333,10 +394,10 @@ def main(argv=None) -> None:
         # 3. learner wait share
         work = make_work(0.010)
         learner = {}
-        for p in (0, 1, 2, 4):
+        for p in (0, 1, 2, 4) if "learner" in sections else ():
             learner[("alone", p)] = wait_share(rb, work, steps, p)
         pace = 2000.0  # rows/s per collector: a few fast simulators each
-        for p in (0, 2, 8):
+        for p in (0, 2, 8) if "learner" in sections else ():
             start_at = time.time() + 0.3
             busy = [
                 c.run.remote(rb, "writer.add", steps * 0.02 + 1.0, start_at, pace)
@@ -364,6 +425,24 @@ def main(argv=None) -> None:
         f"(load average {load:.1f} at the end); RAY_AUTH_MODE={os.environ.get('RAY_AUTH_MODE')}; "
         f"ray.init(num_cpus=2) took {init_s:.1f} s; {seconds:.0f} s per throughput run\n"
     )
+    if writes:
+        print_writes(writes)
+    if lat:
+        print("\nLatency, median / p90 (ms)")
+        for label, (med, p90) in lat.items():
+            print(f"| {label:<48} | {med * 1e3:6.2f} / {p90 * 1e3:6.2f} |")
+    if "overhead" in sections:
+        print_overhead(chunk_overhead(OFFLINE_ROWS, 2000 if args.quick else 6000))
+    if learner:
+        print(
+            "\nLearner: 10 ms of work per 256-row batch; share of its time spent waiting for batches"
+        )
+        print(f"| {'setting':<36} | {'prefetch':>8} | {'waiting':>8} | {'ms per step':>11} |")
+        for (setting, p), (share, step) in learner.items():
+            print(f"| {setting:<36} | {p:>8} | {share * 100:7.1f}% | {step * 1e3:11.1f} |")
+
+
+def print_writes(writes: dict) -> None:
     print("Aggregate writes, 2 collector processes, Hopper-shaped rows (112 bytes packed), rows/s")
     base = writes["plain Ray actor, TensorDict args (blocking)"]
     print(
@@ -373,13 +452,6 @@ def main(argv=None) -> None:
     for label, (one, many) in writes.items():
         ratio = "n/a" if many is None or not base[1] else f"{many / base[1]:.1f}x"
         print(f"| {label:<58} | {fmt_rate(one):>15} | {fmt_rate(many):>16} | {ratio:>15} |")
-    print("\nLatency, median / p90 (ms)")
-    for label, (med, p90) in lat.items():
-        print(f"| {label:<48} | {med * 1e3:6.2f} / {p90 * 1e3:6.2f} |")
-    print("\nLearner: 10 ms of work per 256-row batch; share of its time spent waiting for batches")
-    print(f"| {'setting':<36} | {'prefetch':>8} | {'waiting':>8} | {'ms per step':>11} |")
-    for (setting, p), (share, step) in learner.items():
-        print(f"| {setting:<36} | {p:>8} | {share * 100:7.1f}% | {step * 1e3:11.1f} |")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,11 @@
 """Collectors on Ray feed one replay buffer; a learner runs SAC on mixed offline/online batches.
 
-    python examples/distributed_collectors.py                 # local cluster, ~30 s on 2 cores
-    python examples/distributed_collectors.py --collectors 4 --updates 4000
+    python examples/distributed_collectors.py                 # local cluster, ~40 s on 2 cores
+    python examples/distributed_collectors.py --updates 3000  # long enough to learn, ~65 s
+
+The default run checks the plumbing (1,000 updates do not train SAC on this task);
+with ``--updates 3000`` (seed 0, 2 loaded cores) 9 of the last 10 training episodes
+reached the goal and the evaluation episode returned 94.6.
 
 What it shows:
 
@@ -82,8 +86,11 @@ def ted_rows(obs, actions, rewards, next_obs, terminated, truncated) -> TensorDi
     )
 
 
-def expert_dataset(path: str, transitions: int, seed: int) -> str:
-    """The scripted expert (push the way the car moves, plus noise) as a memmap dataset."""
+def expert_dataset(path: str, transitions: int, seed: int) -> tuple[str, int]:
+    """The scripted expert (push the way the car moves, plus noise) as a memmap dataset.
+
+    Whole episodes, so at least ``transitions`` rows; returns the path and the row count.
+    """
     import gymnasium as gym
 
     env = gym.make(ENV_ID)
@@ -105,7 +112,7 @@ def expert_dataset(path: str, transitions: int, seed: int) -> str:
         episode += 1
     rows = ted_rows(*(cols[k] for k in ("obs", "act", "rew", "next", "term", "trunc")))
     write_memmap_dataset(path, rows, episode_starts=starts, source_id=f"scripted-expert:{ENV_ID}")
-    return path
+    return path, len(rows)
 
 
 def evaluate(agent: SAC, env, seed: int) -> tuple[float, bool]:
@@ -211,7 +218,7 @@ def main(argv=None) -> dict:
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     work = tempfile.TemporaryDirectory(prefix="mixreplay-example-")
-    path = expert_dataset(os.path.join(work.name, "expert"), args.offline, args.seed)
+    path, offline_rows = expert_dataset(os.path.join(work.name, "expert"), args.offline, args.seed)
     if args.address is None:
         ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     else:
@@ -262,14 +269,20 @@ def main(argv=None) -> dict:
             if updates % 50 == 0:  # publish a new policy snapshot
                 weights = ray.put(agent.actor.state_dict())
         learn_s = time.perf_counter() - t_learn
-        ray.get(list(running))
-        ray.get([c.close.remote() for c in collectors])  # every row is in the buffer now
+        for stats in ray.get(list(running)):  # rounds still running when the learner stopped
+            env_steps += stats["steps"]
+            returns += stats["returns"]
+            successes += stats["successes"]
+        # every row is in the buffer now; each collector says how many it sent
+        collected = sum(ray.get([c.close.remote() for c in collectors]))
         eval_return, reached = evaluate(agent, env, args.seed)
         out = {
             "eval_return": eval_return,
             "eval_reached_goal": reached,
             "wait_share": learner.waited / learn_s,
             "env_steps": env_steps,
+            "collected_rows": collected,
+            "offline_rows": offline_rows,
             "updates": updates,
             "updates_per_s": updates / learn_s,
             "buffer_rows": len(rb),
@@ -282,15 +295,40 @@ def main(argv=None) -> dict:
     finally:
         ray.shutdown()
         work.cleanup()
-    print(
-        f"{out['env_steps']} env steps from {args.collectors} collectors, {out['updates']} SAC updates "
-        f"({out['updates_per_s']:.0f}/s, {out['wait_share']:.0%} of the time waiting for batches), "
-        f"buffer {out['buffer_rows']} rows; training episodes finished: {out['episodes']} "
-        f"(last returns {out['last_returns']}); evaluation return {out['eval_return']:.1f} "
-        f"({'reached' if out['eval_reached_goal'] else 'did not reach'} the goal); "
-        f"{out['seconds']:.1f} s in all"
-    )
+    print(report(out, args))
     return out
+
+
+def report(out: dict, args) -> str:
+    """What the run measured, and how to read it."""
+    stored = out["buffer_rows"] - out["offline_rows"]
+    arrived = (
+        "every collected row stored once"
+        if stored == out["collected_rows"]
+        else f"{stored:,} stored for {out['collected_rows']:,} sent: rows lost or duplicated"
+    )
+    if out["eval_reached_goal"]:
+        reading = f"the policy reaches the goal after {out['updates']:,} updates."
+    else:
+        reading = (
+            f"{out['updates']:,} updates check the distributed plumbing, they do not train the "
+            "policy: with the same SAC and 50/50 batches, `mixreplay demo` first reaches a return "
+            "of 80 after a median of 1,500 steps (README). Run with --updates 3000 to train."
+        )
+    return "\n".join(
+        [
+            f"Collectors: {args.collectors} Ray actors ran {out['env_steps']:,} steps of {ENV_ID} "
+            f"and wrote them through rb.writer(); {out['episodes']} training episodes finished, "
+            f"{out['training_successes']} reached the goal (last returns {out['last_returns']}).",
+            f"Buffer actor: {out['buffer_rows']:,} rows = {out['offline_rows']:,} expert rows "
+            f"(memory-mapped by the actor) + {stored:,} collected ({arrived}).",
+            f"Learner: {out['updates']:,} SAC updates on 50 % offline / 50 % online batches, "
+            f"{out['updates_per_s']:.0f} updates/s, {out['wait_share']:.0%} of its time waiting "
+            f"for batches (prefetch={args.prefetch}); {out['seconds']:.0f} s in all.",
+            f"Evaluation: one deterministic episode, return {out['eval_return']:.1f} "
+            f"({'goal reached' if out['eval_reached_goal'] else 'goal not reached'}): {reading}",
+        ]
+    )
 
 
 if __name__ == "__main__":

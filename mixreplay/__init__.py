@@ -21,6 +21,7 @@ from mixreplay.errors import (
     EmptyBufferError,
     MissingDependencyError,
     MixreplayError,
+    PriorityError,
     ReadOnlyError,
     SchemaMismatchError,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "OfflineDataset",
     "OfflineToOnlineReplayBuffer",
     "PrioritizedSampler",
+    "PriorityError",
     "RandomSampler",
     "ReadOnlyError",
     "ReplayBuffer",

@@ -24,13 +24,7 @@ from mixreplay import (
     RandomSampler,
     ReplayBuffer,
 )
-
-try:
-    from mixreplay.samplers import PrioritizedSampler
-
-    HAVE_PRIORITIZED = True
-except ImportError:  # pragma: no cover
-    HAVE_PRIORITIZED = False
+from mixreplay.samplers import PrioritizedSampler
 
 OFFLINE_BASE = -100_000
 CAPACITY = 997  # prime: slot = id % CAPACITY wraps at a different place every pass
@@ -119,9 +113,16 @@ def make(kind: str, tmp_path):
     )
 
 
-KINDS = ["replay-memory", "replay-memmap", "o2o-memory", "o2o-memmap", "mixture-memory"]
-if HAVE_PRIORITIZED:
-    KINDS += ["replay-prioritized", "o2o-prioritized-memmap", "mixture-prioritized"]
+KINDS = [
+    "replay-memory",
+    "replay-memmap",
+    "o2o-memory",
+    "o2o-memmap",
+    "mixture-memory",
+    "replay-prioritized",
+    "o2o-prioritized-memmap",
+    "mixture-prioritized",
+]
 
 
 @pytest.mark.parametrize("kind", KINDS)

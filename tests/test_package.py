@@ -34,6 +34,7 @@ def test_exported_members_are_sorted_and_pinned():
         "OfflineDataset",
         "OfflineToOnlineReplayBuffer",
         "PrioritizedSampler",
+        "PriorityError",
         "RandomSampler",
         "ReadOnlyError",
         "ReplayBuffer",

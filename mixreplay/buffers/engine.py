@@ -31,7 +31,7 @@ from mixreplay._state import Plan, generator_state, plan_generator
 from mixreplay._validate import check_real
 from mixreplay.buffers.foreign import ForeignSource, strip_bookkeeping
 from mixreplay.buffers.replay import ReplayBuffer, check_batch_size, make_generator
-from mixreplay.errors import CheckpointError, EmptyBufferError, SchemaMismatchError
+from mixreplay.errors import CheckpointError, EmptyBufferError, PriorityError, SchemaMismatchError
 from mixreplay.layout import RowLayout
 from mixreplay.prefetch import Prefetcher, check_pin_memory, check_prefetch, pin
 from mixreplay.schema import NestedKey, Schema, format_key, normalize_key
@@ -126,6 +126,8 @@ class MixingBuffer:
     def _init_sources(self, names: Sequence[str], sources: Sequence[Source]) -> None:
         self._names = tuple(names)
         self._sources = list(sources)
+        # the sources' transform lists (shared objects: an append_transform shows up here)
+        self._chains = [s.transform for s in self._sources if isinstance(s, ReplayBuffer)]
         for src in self._sources:
             if len(src) and isinstance(src, ReplayBuffer):
                 self._check_source_key(src.storage.schema)
@@ -397,10 +399,7 @@ class MixingBuffer:
         if not self._fused:
             self._refresh_layout()
         indices: list[torch.Tensor | None] = [None] * len(counts)
-        fused = self._fused and not any(
-            isinstance(s, ReplayBuffer) and s.transform for s in self._sources
-        )
-        if fused:
+        if self._fused and not any(self._chains):
             # One gather per source, straight into the preallocated packed output.
             layout = self._layout
             assert layout is not None
@@ -466,9 +465,7 @@ class MixingBuffer:
             parts.append(td)
         if len(parts) == 1:
             return strip_bookkeeping(parts[0])
-        layout = RowLayout(Schema.from_tensordict(strip_bookkeeping(parts[-1]), batch_dims=1))
-        if self._layout is not None and self._layout == layout:
-            layout = self._layout  # its unpack code is compiled already
+        layout = self._output_layout(Schema.from_tensordict(strip_bookkeeping(parts[-1])))
         device = parts[-1].device or torch.device("cpu")
         out = torch.empty(B, layout.row_words, dtype=torch.int64, device=device)
         pos = 0
@@ -485,6 +482,18 @@ class MixingBuffer:
                 layout.write(leaves, layout.group_views(out[pos : pos + n]))
             pos += n
         return layout.unpack(out, device)
+
+    def _output_layout(self, schema: Schema) -> RowLayout:
+        """The packed layout of a batch with ``schema`` (built once: it compiles its unpacking)."""
+        if self._layout is not None and self._layout.schema == schema:
+            return self._layout
+        layouts = self.__dict__.setdefault("_layouts", {})
+        layout = layouts.get(schema)
+        if layout is None:
+            if len(layouts) > 16:  # transforms that keep changing the schema: do not hoard
+                layouts.clear()
+            layout = layouts[schema] = RowLayout(schema)
+        return layout
 
     def _info(
         self,
@@ -552,17 +561,20 @@ class MixingBuffer:
                 updates.append(
                     (src, index[mask], priority.to(index.device)[mask], mask.nonzero().squeeze(-1))
                 )
+        checked = []
         for src, idx, prio, positions in updates:  # everything checked before anything changes
             try:
-                src.sampler.check_priority(idx, prio)
-            except ValueError as err:
-                bad = getattr(err, "position", None)
+                checked.append((src, src.sampler.check_priority(idx, prio)))
+            except PriorityError as err:
+                bad = err.position
                 where = f" (row {int(positions[bad])} of the batch)" if bad is not None else ""
-                raise type(err)(f"{err}{where}") from None
+                raise PriorityError(
+                    f"{err}{where}", position=None if bad is None else int(positions[bad])
+                ) from None
         self._before_write()
-        for src, idx, prio, _ in updates:
+        for src, update in checked:
             with src.storage.lock:
-                src.sampler.update_priority(idx, prio)
+                src.sampler.apply_priority(update)
         self._after_write()
 
     # -- misc ------------------------------------------------------------------------------

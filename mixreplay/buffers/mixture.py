@@ -191,6 +191,7 @@ class MixtureReplayBuffer(MixingBuffer):
             built.append(src)
         self._schedules: dict[str, Schedule] = {}
         self._fixed: dict[str, float] = {}
+        self._cache: tuple[int | float, list[float]] | None = None
         for name in sources:
             f = fractions[name]
             if callable(f):
@@ -209,6 +210,9 @@ class MixtureReplayBuffer(MixingBuffer):
         self._evaluate(0)  # a schedule that fails at step 0 fails here
 
     def _evaluate(self, step: int | float) -> list[float]:
+        cached = self._cache
+        if cached is not None and cached[0] == step:  # fixed weights and schedules of the step
+            return cached[1]
         sizes = None
         out = []
         for name in self._names:
@@ -222,6 +226,8 @@ class MixtureReplayBuffer(MixingBuffer):
             out.append(
                 check_fraction(value, f"fractions[{name!r}] at step {step}", open_interval=False)
             )
+        if sizes is None:
+            self._cache = (step, out)
         return out
 
     def _split(self, batch_units: int, live: list[int], sizes: list[int]) -> list[int]:
@@ -347,7 +353,7 @@ class MixtureReplayBuffer(MixingBuffer):
                 )
 
         def apply() -> None:
-            self._fixed, self._schedules = fixed, schedules
+            self._fixed, self._schedules, self._cache = fixed, schedules, None
             self._step = step
             self._carry_live, self._carry = live, [float(v) for v in values]
             self._pending = None

@@ -173,6 +173,7 @@ class OfflineToOnlineReplayBuffer(MixingBuffer):
             base = check_fraction(offline_fraction, "offline_fraction", open_interval=True)
             self._schedule = Constant(base)
         self._step: int | float = 0
+        self._cache: tuple[Schedule, int | float, float] | None = None
         if isinstance(offline_dataset, str):
             from mixreplay.datasets import load_dataset  # a dataset ID: the one lazy import
 
@@ -207,14 +208,23 @@ class OfflineToOnlineReplayBuffer(MixingBuffer):
     # -- the fraction: one schedule of the step ------------------------------------------------
 
     def _fraction_at(self, step: int | float, schedule: Schedule | None = None) -> float:
-        schedule = self._schedule if schedule is None else schedule
+        if schedule is None:
+            schedule = self._schedule
+            cached = self._cache
+            # a schedule of the step alone is a pure function: evaluate it once per step
+            if cached is not None and cached[0] is schedule and cached[1] == step:
+                return cached[2]
         sizes = None
         if schedule.needs_sizes:
             sizes = {"offline": len(self._sources[0]), "online": len(self._sources[1])}
-        value = schedule(step, sizes=sizes)
-        return check_fraction(
-            value, f"offline_fraction from {schedule!r} at step {step}", open_interval=False
+        value = check_fraction(
+            schedule(step, sizes=sizes),
+            f"offline_fraction from {schedule!r} at step {step}",
+            open_interval=False,
         )
+        if sizes is None:
+            self._cache = (schedule, step, value)
+        return value
 
     def _split(self, batch_units: int, live: list[int], sizes: list[int]) -> list[int]:
         if len(live) == 1:

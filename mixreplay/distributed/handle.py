@@ -6,6 +6,8 @@ import collections
 import logging
 import os
 import sys
+import threading
+import time
 import warnings
 import weakref
 from collections.abc import Mapping
@@ -14,6 +16,8 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from mixreplay._validate import check_bool, check_int, check_path, check_real, check_type
+from mixreplay.distributed.chunks import ChunkIds
 from mixreplay.distributed.host import BufferHost, info_tensordict
 from mixreplay.distributed.pipeline import CallPipeline
 from mixreplay.distributed.wire import (
@@ -44,12 +48,12 @@ def _host_class(ray):
     return _REMOTE_HOST
 
 
-def _check_count(value, name: str, *, minimum: int, allow_none: bool = False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
+#: What a caller who retries a failed blocking write is told.
+WRITE_RETRY = (
+    "The rows may or may not have been written. Retry the same call with the same rows: the "
+    "handle resends them under the same chunk ids and the buffer applies them exactly once "
+    "(a restarted actor first reloads its last checkpoint; rows written after it are lost)"
+)
 
 
 class RayReplayBuffer:
@@ -94,6 +98,11 @@ class RayReplayBuffer:
     actor dies, every call raises :class:`~mixreplay.errors.BufferActorError`;
     with ``ray_options={"max_restarts": ...}`` and ``checkpoint_dir``, Ray
     restarts it and it reloads its last checkpoint (rows written after it are lost).
+    Writes are exactly once: each message of rows carries a chunk id that the actor
+    applies once and checkpoints with the rows, so a write retried by Ray
+    (``"max_task_retries": -1``, recommended) or by you (the same :meth:`extend`
+    call again, or :meth:`RayWriter.flush <mixreplay.distributed.RayWriter.flush>`)
+    after a crash is never stored twice, even when the actor had checkpointed it.
 
     Ray must be initialized first (``ray.init()``); mixreplay never starts Ray or
     changes its network or authentication settings.
@@ -139,10 +148,8 @@ class RayReplayBuffer:
                 f"buffer_cls must be a buffer class (or a factory), got {type(buffer_cls).__name__}; "
                 "e.g. RayReplayBuffer(OfflineToOnlineReplayBuffer, dataset, online_capacity=...)"
             )
-        if ray_options is not None and not isinstance(ray_options, Mapping):
-            raise TypeError(
-                f"ray_options must be a dict of actor options, got {type(ray_options).__name__}"
-            )
+        if ray_options is not None:
+            check_type(ray_options, "ray_options", Mapping, hint="a dict of actor options")
         options = dict(ray_options or {})
         if options.get("max_concurrency", 1) != 1:
             raise ValueError(
@@ -150,11 +157,18 @@ class RayReplayBuffer:
                 "actor runs calls one at a time, in order, which reproducible batches and whole-message "
                 "writes rely on; scale out with more collectors, not actor threads"
             )
-        prefetch = _check_count(prefetch, "prefetch", minimum=0)
-        checkpoint_every = _check_count(
-            checkpoint_every, "checkpoint_every", minimum=1, allow_none=True
-        )
+        if options.get("allow_out_of_order_execution"):
+            raise ValueError(
+                "ray_options allow_out_of_order_execution must be False, got "
+                f"{options['allow_out_of_order_execution']!r}: the buffer actor runs each caller's "
+                "calls in the order they were made, which reproducible batches rely on"
+            )
+        prefetch = check_int(prefetch, "prefetch", min=0)
+        if checkpoint_every is not None:
+            checkpoint_every = check_int(checkpoint_every, "checkpoint_every", min=1)
+        resume = check_bool(resume, "resume")
         if checkpoint_dir is not None:
+            check_path(checkpoint_dir, "checkpoint_dir")
             checkpoint_dir = os.fspath(checkpoint_dir)
             if not os.path.isabs(checkpoint_dir):
                 raise ValueError(
@@ -189,7 +203,7 @@ class RayReplayBuffer:
                     kwargs,
                     checkpoint_dir=checkpoint_dir,
                     checkpoint_every=checkpoint_every,
-                    resume=bool(resume),
+                    resume=resume,
                 )
             )
         except TypeError as err:
@@ -215,10 +229,14 @@ class RayReplayBuffer:
         self._prefetch = prefetch
         self._device = None if device is None else torch.device(device)
         self._queue: collections.deque = collections.deque()
-        self._queue_key = None
+        self._queue_key: tuple | None = None
         self._packer = Packer()
         self._layouts = LayoutCache()
         self._pipeline: CallPipeline | None = None  # started by the first prefetching sample
+        # Chunk ids of this handle's blocking writes; a copy of the handle gets its own.
+        self._ids = ChunkIds()
+        self._write_lock = threading.Lock()
+        self._unconfirmed: _Unconfirmed | None = None  # the last write that failed
 
     @classmethod
     def connect(
@@ -230,7 +248,7 @@ class RayReplayBuffer:
             raise BufferActorError("Ray is not initialized: call ray.init(address=...) first")
         actor = ray.get_actor(name, namespace=namespace)
         self = cls.__new__(cls)
-        self._setup(actor, {"buffer": name}, _check_count(prefetch, "prefetch", minimum=0), device)
+        self._setup(actor, {"buffer": name}, check_int(prefetch, "prefetch", min=0), device)
         self._describe = self._get(actor.describe.remote())
         return self
 
@@ -240,8 +258,8 @@ class RayReplayBuffer:
 
     # -- calls --------------------------------------------------------------------------------
 
-    def _get(self, refs):
-        return _get(refs, self._describe, self._actor)
+    def _get(self, refs, retry: str | None = None):
+        return _get(refs, self._describe, self._actor, retry)
 
     def _submit(self, method, *args):
         """``method.remote(*args)``, after every call this handle queued before it."""
@@ -281,22 +299,65 @@ class RayReplayBuffer:
         Rows of a large call may travel as several messages (see
         :mod:`~mixreplay.distributed.wire`), so a concurrent sample may see part of
         them. Collectors should prefer :meth:`writer`, which does not wait.
+
+        Exactly once: every message carries a chunk id, and the actor applies each id
+        once. A retry by Ray (``max_task_retries``) is therefore harmless, and so is
+        yours: if this call raises :class:`~mixreplay.errors.BufferActorError` (the
+        actor died or is restarting), call it again with the same rows and keyword
+        arguments; the handle resends them under the same ids, and rows the actor had
+        applied (and checkpointed) before dying are acknowledged, not written twice.
         """
         n = check_rows(data)
         words = self._packer.pack(data)
         key, row_bytes = self._packer.key, self._packer.layout.row_bytes
-        method = self._actor.extend_packed
-        refs = [
-            self._submit(method, key, words[s], kwargs, True) for s in message_slices(n, row_bytes)
-        ]
-        parts = self._get(refs)
+        parts = self._write(key, words, kwargs, message_slices(n, row_bytes))
         return torch.from_numpy(parts[0].copy() if len(parts) == 1 else np.concatenate(parts))
 
     def add(self, row: TensorDictBase, **kwargs) -> int:
-        """Write one row (batch ``[]``): one round trip to the actor. See :meth:`writer`."""
+        """Write one row (batch ``[]``): one round trip to the actor. See :meth:`writer`.
+
+        Exactly once, like :meth:`extend`: after a :class:`~mixreplay.errors.BufferActorError`,
+        call it again with the same row.
+        """
         check_row(row)
         words = self._packer.pack(row)  # packed as it is: no unsqueeze of the TensorDict
-        return int(self._call(self._actor.extend_packed, self._packer.key, words, kwargs, True)[0])
+        return int(self._write(self._packer.key, words, kwargs, [slice(0, 1)])[0][0])
+
+    def _write(self, key: str, words: np.ndarray, kwargs: dict, slices: list[slice]) -> list:
+        """Send ``words[s]`` for each slice as one chunk each; the slots written, per chunk."""
+        with self._write_lock:
+            unconfirmed, self._unconfirmed = self._unconfirmed, None
+        seqs = None
+        if unconfirmed is not None:
+            if unconfirmed.same_as(key, words, kwargs, len(slices)):
+                seqs = unconfirmed.seqs
+                log.info("resending %d chunks of a failed write under their ids", len(seqs))
+            else:
+                self._ids.done(unconfirmed.seqs)  # abandoned: never sent again
+                log.warning(
+                    "a write of %d rows that failed was not retried with the same rows: if the "
+                    "actor had written them before failing they are in the buffer, otherwise lost",
+                    len(unconfirmed.words),
+                )
+        if seqs is None:
+            seqs = self._ids.take(len(slices))
+        method = self._actor.extend_packed
+        refs = [
+            self._submit(method, key, words[s], kwargs, True, self._ids.chunk_id(q))
+            for s, q in zip(slices, seqs)
+        ]
+        try:
+            parts = self._get(refs, WRITE_RETRY)
+        except BufferActorError:
+            _settle(refs)  # no attempt of these chunks is still running when a retry is sent
+            with self._write_lock:
+                self._unconfirmed = _Unconfirmed(key, words, kwargs, seqs)
+            raise
+        except BaseException:
+            self._ids.done(seqs)  # the buffer refused the rows: a retry is a new write
+            raise
+        self._ids.done(seqs)
+        return parts
 
     def writer(
         self,
@@ -353,7 +414,7 @@ class RayReplayBuffer:
             return_info: also return the buffer's ``info`` TensorDict.
             prefetch: overrides the handle's ``prefetch`` for this call.
         """
-        k = self._prefetch if prefetch is None else _check_count(prefetch, "prefetch", minimum=0)
+        k = self._prefetch if prefetch is None else check_int(prefetch, "prefetch", min=0)
         key = (batch_size, bool(return_info))
         queue = self._queue
         if queue and self._queue_key != key:
@@ -364,9 +425,7 @@ class RayReplayBuffer:
             batch, info = _decode(result, self._layouts, self._device)
             return (batch, info) if return_info else batch
         self._queue_key = key
-        if self._pipeline is None:
-            self._start_pipeline()
-        request = self._pipeline.prefetch
+        request = (self._pipeline or self._start_pipeline()).prefetch
         if not queue:
             queue.append(request(self._actor.sample_packed, batch_size, bool(return_info)))
         try:
@@ -380,7 +439,7 @@ class RayReplayBuffer:
             queue.append(request(self._actor.sample_packed, batch_size, bool(return_info)))
         return (batch, info) if return_info else batch
 
-    def _start_pipeline(self) -> None:
+    def _start_pipeline(self) -> CallPipeline:
         # The threads hold what fetching needs, never the handle: a dropped handle is
         # collected, and its finalizer stops them.
         describe, actor, layouts, device = self._describe, self._actor, self._layouts, self._device
@@ -388,8 +447,9 @@ class RayReplayBuffer:
         def fetch(ref):
             return _decode(_get(ref, describe, actor), layouts, device)
 
-        self._pipeline = CallPipeline(fetch)
-        weakref.finalize(self, self._pipeline.close)
+        self._pipeline = pipeline = CallPipeline(fetch)
+        weakref.finalize(self, pipeline.close)
+        return pipeline
 
     def __len__(self) -> int:
         return self._call(self._actor.length)
@@ -413,13 +473,32 @@ class RayReplayBuffer:
         """Save a checkpoint in ``checkpoint_dir`` now; return its path (on the actor's node)."""
         return self._call(self._actor.checkpoint)
 
-    def kill(self) -> None:
-        """Stop the actor for good (no restart); its rows are gone unless checkpointed."""
+    def kill(self, *, timeout: float = 60.0) -> None:
+        """Stop the actor for good (no restart); its rows are gone unless checkpointed.
+
+        Returns once the actor is dead, so every later call raises
+        :class:`~mixreplay.errors.BufferActorError` (``ray.kill`` only sends the
+        request: a call made right after it may still run). After ``timeout``
+        seconds without confirmation it logs a warning and returns.
+        """
+        timeout = check_real(timeout, "timeout", min=0)
         self._queue.clear()
         if self._pipeline is not None:
             self._pipeline.close()
             self._pipeline = None
-        sys.modules["ray"].kill(self._actor, no_restart=True)
+        ray = sys.modules["ray"]
+        ray.kill(self._actor, no_restart=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                ray.get(self._actor.info.remote())  # still running: the kill has not landed yet
+            except ray.exceptions.ActorUnavailableError:
+                time.sleep(0.01)
+            except ray.exceptions.RayActorError:
+                return
+        log.warning(
+            "ray.kill of actor %s not confirmed after %s s", _actor_id(self._actor), timeout
+        )
 
     def __repr__(self) -> str:
         return (
@@ -448,16 +527,42 @@ class RemoteMethod:
         return f"<remote method {self._name} of {self._handle!r}>"
 
 
-def _get(refs, describe: dict, actor):
-    """``ray.get`` that turns a dead or unreachable actor into a :class:`BufferActorError`."""
+def _get(refs, describe: dict, actor, retry: str | None = None):
+    """``ray.get`` that turns a dead or unreachable actor into a :class:`BufferActorError`.
+
+    ``retry`` replaces the generic advice for a call that may or may not have run.
+    """
     ray = sys.modules["ray"]
     try:
         return ray.get(refs)
     except ray.exceptions.RayActorError as err:
-        raise _actor_error(err, describe, actor) from err
+        raise _actor_error(err, describe, actor, retry) from err
 
 
-def _actor_error(err, describe: dict, actor) -> BufferActorError:
+def _settle(refs) -> None:
+    """Wait until every call in ``refs`` has finished or failed (results are not fetched)."""
+    if refs:
+        sys.modules["ray"].wait(list(refs), num_returns=len(refs))
+
+
+class _Unconfirmed:
+    """A blocking write that failed with the actor unavailable: its rows and chunk ids."""
+
+    def __init__(self, key: str, words: np.ndarray, kwargs: dict, seqs: list[int]):
+        self.key, self.words, self.kwargs, self.seqs = key, words, kwargs, seqs
+
+    def same_as(self, key: str, words: np.ndarray, kwargs: dict, chunks: int) -> bool:
+        """Whether a new write is this one retried: same schema, rows, arguments and cut."""
+        if key != self.key or chunks != len(self.seqs) or words.shape != self.words.shape:
+            return False
+        try:
+            same_kwargs = bool(kwargs == self.kwargs)
+        except Exception:  # noqa: BLE001 - e.g. tensors among the keyword arguments
+            return False
+        return same_kwargs and bool(np.array_equal(words, self.words))
+
+
+def _actor_error(err, describe: dict, actor, retry: str | None = None) -> BufferActorError:
     ray = sys.modules["ray"]
     what = (
         f"the Ray actor hosting the replay buffer ({describe.get('buffer')}, "
@@ -466,9 +571,12 @@ def _actor_error(err, describe: dict, actor) -> BufferActorError:
     cause = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
     if isinstance(err, ray.exceptions.ActorUnavailableError):
         return BufferActorError(
-            f"{what} is unavailable: it is restarting or cannot be reached ({cause}). The call "
-            "may or may not have run. Retry it: a restarted actor reloads its last checkpoint "
-            "(rows written after that checkpoint are lost)"
+            f"{what} is unavailable: it is restarting or cannot be reached ({cause}). "
+            + (
+                retry
+                or "The call may or may not have run. Retry it: a restarted actor reloads its "
+                "last checkpoint (rows written after that checkpoint are lost)"
+            )
         )
     return BufferActorError(
         f"{what} died ({cause}); its rows are lost. Create a new RayReplayBuffer; to survive "

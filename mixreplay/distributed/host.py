@@ -5,13 +5,30 @@ wraps it with ``ray.remote``. It builds the buffer itself, from the arguments it
 is given, so an offline dataset named by ID or path is opened (memory-mapped) on
 the actor's node and never travels.
 
+Exactly-once writes: rows arrive in chunks that carry an id
+(:mod:`~mixreplay.distributed.chunks`); a chunk the actor already applied is
+acknowledged with the slots it went to and not applied again, so neither Ray's
+own retries (``max_task_retries``) nor a caller's retry after an error duplicates
+rows.
+
 Checkpoints: with ``checkpoint_dir``, every ``checkpoint_every`` rows received
-the buffer is saved with its own :meth:`dumps` into ``<checkpoint_dir>/buffer``
-(atomic: a crash mid-save leaves the previous checkpoint). An actor that Ray
-*restarts* (``max_restarts``) rebuilds the buffer from the same arguments and
-loads that checkpoint: JSON and raw tensor bytes, no pickled code. A fresh actor
-refuses a directory that already holds a checkpoint unless ``resume=True``, so
-one run never silently continues, or overwrites, another's.
+(inside the write that crosses the mark) the actor saves ``{"buffer":
+buffer.state_dict(), "writers": <the table of applied chunks>}`` as ONE directory,
+``<checkpoint_dir>/buffer``, with :func:`mixreplay.checkpoint.save_state` (atomic: a
+crash mid-save leaves the previous checkpoint). Rows and chunk ids are therefore
+saved together and can never disagree. An actor that Ray *restarts*
+(``max_restarts``) rebuilds the buffer from the same arguments and loads both: JSON
+and raw tensor bytes, no pickled code. A fresh actor refuses a directory that
+already holds a checkpoint unless ``resume=True``, so one run never silently
+continues, or overwrites, another's. A checkpoint written by :meth:`dumps` (as
+mixreplay did before chunk ids) still loads, with an empty table.
+
+Fault injection, for tests only: with the environment variable
+``MIXREPLAY_TEST_EXIT_AFTER_CHECKPOINT`` set to a file path, the first actor
+process that saves a checkpoint *inside a write* while that file exists deletes
+it and exits with ``os._exit(1)`` right after the save, before replying: the
+moment at which a retried write would otherwise be applied twice. Pass it with
+``ray_options={"runtime_env": {"env_vars": {...}}}``; never set it in production.
 """
 
 from __future__ import annotations
@@ -22,9 +39,12 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 from tensordict import TensorDict, TensorDictBase
 
+from mixreplay.checkpoint import load_state, save_state
+from mixreplay.distributed.chunks import ChunkId, WriterTable
 from mixreplay.distributed.wire import LayoutCache, Packer
 from mixreplay.errors import CheckpointError
 
@@ -33,6 +53,8 @@ __all__ = ["BufferHost"]
 log = logging.getLogger(__name__)
 
 CHECKPOINT_NAME = "buffer"
+#: Test-only fault injection (see the module docstring): a marker file's path.
+EXIT_AFTER_CHECKPOINT = "MIXREPLAY_TEST_EXIT_AFTER_CHECKPOINT"
 
 
 def _was_restarted() -> bool:
@@ -83,7 +105,7 @@ class BufferHost:
         restarted: bool | None = None,
     ):
         self._error: BaseException | None = None
-        self.buffer = None
+        self.buffer: Any = None
         self._layouts = LayoutCache()
         self._out = Packer()
         self._path = None if checkpoint_dir is None else Path(checkpoint_dir) / CHECKPOINT_NAME
@@ -92,6 +114,9 @@ class BufferHost:
         self._rows_received = 0
         self._saves = 0
         self._restored_from: str | None = None
+        self._writers = WriterTable()
+        self._acknowledged_again = 0  # chunks received again and not re-applied
+        self._checkpoint_error: str | None = None
         self._restarted = _was_restarted() if restarted is None else restarted
         try:
             self.buffer = buffer_cls(*args, **(kwargs or {}))
@@ -112,12 +137,23 @@ class BufferHost:
                 f"checkpoint_dir {str(path.parent)!r} already holds a checkpoint ({path}); pass "
                 "resume=True to continue from it, or give an empty checkpoint_dir for a new run"
             )
-        self.buffer.loads(path)
+        try:
+            state = load_state(path)
+            writers = WriterTable()
+            if isinstance(state.get("buffer"), dict) and "writers" in state:
+                writers.load_state_dict(state["writers"])
+                state = state["buffer"]
+            # else: a buffer checkpoint written by dumps(), from before chunk ids
+            self.buffer.load_state_dict(state)
+        except CheckpointError as err:
+            raise CheckpointError(f"cannot load {path}: {err}") from err
+        self._writers = writers
         self._restored_from = str(path)
         log.warning(
-            "buffer actor %s: restored %d rows from %s",
+            "buffer actor %s: restored %d rows and %d unacknowledged chunks from %s",
             "restarted" if self._restarted else "resumed",
             len(self.buffer),
+            len(writers),
             path,
         )
 
@@ -163,7 +199,10 @@ class BufferHost:
             "restored_from": self._restored_from,
             "checkpoint": None if self._path is None else str(self._path),
             "checkpoints_saved": self._saves,
+            "checkpoint_error": self._checkpoint_error,
             "rows_received": self._rows_received,
+            "chunks_acknowledged_again": self._acknowledged_again,
+            "chunks_remembered": len(self._writers),
         }
 
     def length(self) -> int:
@@ -171,19 +210,53 @@ class BufferHost:
 
     # -- rows in and out ---------------------------------------------------------------------
 
-    def extend_packed(self, key: str, words, kwargs: dict | None = None, want_index: bool = True):
-        """Unpack ``words`` with the schema ``key`` and extend the buffer with them.
+    def extend_packed(
+        self,
+        key: str,
+        words,
+        kwargs: dict | None = None,
+        want_index: bool = True,
+        chunk: ChunkId | None = None,
+    ):
+        """Unpack ``words`` with the schema ``key`` and extend the buffer with them, once.
+
+        Args:
+            chunk: the chunk's id ``(writer, seq, floor)``; a chunk applied before
+                (a retry) is acknowledged as it was the first time, not applied again.
 
         Returns the slots written (numpy) or, without ``want_index``, the row count.
         """
         buf = self._buf()
+        if chunk is not None:
+            chunk = (str(chunk[0]), int(chunk[1]), int(chunk[2]))
+            if chunk in self._writers:
+                return self._again(chunk, len(words), want_index)
         td = self._layouts.unpack(key, words, writable=False)
         index = buf.extend(td, **(kwargs or {}))
         n = td.batch_size[0]
-        self._wrote(n)
+        slots = None
+        if want_index:
+            slots = index.cpu().numpy() if hasattr(index, "cpu") else index
+        if chunk is not None:
+            self._writers.record(chunk, slots)  # before the checkpoint, which saves it
+        if self._wrote(n):
+            _exit_if_asked()
+        return slots if want_index else n
+
+    def _again(self, chunk: ChunkId, n: int, want_index: bool):
+        """A chunk applied before, received again (a retry): acknowledge it as the first time."""
+        self._acknowledged_again += 1
+        self._writers.forget(chunk[0], chunk[2])  # its floor is below the chunk: kept
+        log.info("chunk %d of writer %s was applied before: acknowledged again", chunk[1], chunk[0])
         if not want_index:
             return n
-        return index.cpu().numpy() if hasattr(index, "cpu") else index
+        slots = self._writers.slots(chunk)
+        if slots is None:
+            raise ValueError(
+                f"chunk {chunk[1]} of writer {chunk[0]} was applied without recording its slots; "
+                "a retry must ask for what the first call asked for"
+            )
+        return slots
 
     def sample_packed(self, batch_size: int | None, return_info: bool):
         """One batch as ``(key, words, batch_shape, info)``: packed rows and the info's leaves.
@@ -215,25 +288,52 @@ class BufferHost:
 
     # -- checkpoints -------------------------------------------------------------------------
 
-    def _wrote(self, n: int) -> None:
+    def _wrote(self, n: int) -> bool:
+        """Count ``n`` rows written; checkpoint when due. Whether a checkpoint was saved."""
         self._rows_received += n
-        if self._every is not None:
-            self._since_save += n
-            if self._since_save >= self._every:
-                self.checkpoint()
+        if self._every is None:
+            return False
+        self._since_save += n
+        if self._since_save < self._every:
+            return False
+        try:
+            self.checkpoint()
+        except Exception as err:  # noqa: BLE001 - the rows ARE written: the write succeeded
+            # Failing the write would tell its caller to retry rows the buffer holds; the
+            # next write tries the checkpoint again, and actor_info() reports the error.
+            self._checkpoint_error = f"{type(err).__name__}: {err}"
+            log.exception("buffer actor: checkpoint to %s failed", self._path)
+            return False
+        return True
 
     def checkpoint(self) -> str:
-        """Save the buffer to ``<checkpoint_dir>/buffer`` now; return that path."""
+        """Save the buffer and its table of applied chunks to ``<checkpoint_dir>/buffer`` now."""
         buf = self._buf()
         if self._path is None:
             raise ValueError(
                 "this buffer actor has no checkpoint_dir; create it with "
                 "RayReplayBuffer(..., checkpoint_dir='/abs/path') or call rb.dumps(path)"
             )
-        buf.dumps(self._path)
+        save_state(self._path, {"buffer": buf.state_dict(), "writers": self._writers.state_dict()})
         self._saves += 1
         self._since_save = 0
+        self._checkpoint_error = None
         return str(self._path)
+
+
+def _exit_if_asked() -> None:
+    """Test-only fault injection: die right after a checkpoint saved inside a write."""
+    marker = os.environ.get(EXIT_AFTER_CHECKPOINT)
+    if not marker:
+        return
+    try:
+        os.unlink(marker)  # only one process wins: a restarted actor does not exit again
+    except FileNotFoundError:
+        return
+    log.warning(
+        "%s: exiting after a checkpoint, before replying (test fault)", EXIT_AFTER_CHECKPOINT
+    )
+    os._exit(1)
 
 
 def _sendable(what: str, value):

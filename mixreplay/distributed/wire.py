@@ -79,25 +79,37 @@ class Packer:
     """Client side: packs rows, reusing the layout of the previous write while rows keep it."""
 
     def __init__(self) -> None:
-        self.layout: RowLayout | None = None
-        self.key: str | None = None
+        self._layout: RowLayout | None = None
+        self._key = ""
+
+    @property
+    def layout(self) -> RowLayout:
+        """The layout of the rows packed last."""
+        if self._layout is None:
+            raise RuntimeError("no rows were packed yet")
+        return self._layout
+
+    @property
+    def key(self) -> str:
+        """The schema JSON of the rows packed last (``""`` before any)."""
+        return self._key
 
     def leaves(self, data: TensorDictBase) -> list[torch.Tensor]:
         """The leaves of ``data`` (rows ``[n]`` or one row ``[]``) in packing order, on CPU.
 
         :attr:`layout` and :attr:`key` follow ``data``'s schema when it changes.
         """
-        if self.layout is not None:
+        if self._layout is not None:
             try:
-                leaves = self.layout.leaves_of(data)
+                leaves = self._layout.leaves_of(data)
             except SchemaMismatchError:
                 leaves = None
             if leaves is not None:
                 return _cpu(leaves)
         schema = Schema.from_tensordict(data, batch_dims=data.batch_dims)
-        self.layout = RowLayout(schema)
-        self.key = schema.dumps()
-        return _cpu(self.layout.leaves_of(data))
+        self._layout = layout = RowLayout(schema)
+        self._key = schema.dumps()
+        return _cpu(layout.leaves_of(data))
 
     def pack(self, data: TensorDictBase) -> np.ndarray:
         """``data`` (rows ``[n]``, or one row ``[]``) as new packed words ``int64 [n, W]``."""

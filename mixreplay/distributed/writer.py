@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import collections
+import logging
 import sys
+from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from mixreplay._validate import check_int
+from mixreplay.distributed.chunks import ChunkIds
 from mixreplay.distributed.wire import (
     MAX_MESSAGE_BYTES,
     MAX_SPLIT,
@@ -16,9 +22,23 @@ from mixreplay.distributed.wire import (
     inline_rows,
     write_row,
 )
+from mixreplay.errors import BufferActorError
 from mixreplay.storages.base import check_row
 
 __all__ = ["RayWriter"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Message:
+    """A chunk of rows sent and not acknowledged yet: kept until then, to be resent if need be."""
+
+    seq: int
+    key: str
+    words: np.ndarray
+    rows: int
+    ref: Any = None
 
 
 class RayWriter:
@@ -39,6 +59,17 @@ class RayWriter:
     :meth:`flush`. Use a writer from one thread; make one per process (it does
     not pickle: pickle the handle and call ``handle.writer()`` there).
 
+    Exactly once: each message is a chunk with an id (see
+    :mod:`~mixreplay.distributed.chunks`) and the writer keeps it until the actor
+    acknowledges it. If the actor dies or restarts, the call that was waiting raises
+    :class:`~mixreplay.errors.BufferActorError`; the rows given to that call are
+    kept (staged), so do not add them again. Once the actor is back (with
+    ``ray_options={"max_restarts": ...}``), :meth:`flush` resends every
+    unacknowledged message under its id, and the actor applies each exactly once:
+    a message it had already written (and checkpointed) is acknowledged, not
+    written twice. With ``max_task_retries`` Ray resends them itself and no error
+    reaches the writer.
+
     Create it with :meth:`RayReplayBuffer.writer`; as a context manager it
     flushes on exit. In a collector (a Ray task or actor) handed the buffer's
     handle ``rb`` (the example of :class:`~mixreplay.distributed.RayReplayBuffer`
@@ -58,15 +89,10 @@ class RayWriter:
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         **extend_kwargs,
     ):
-        for name, value, lo in (
-            ("chunk_rows", chunk_rows, 1),
-            ("max_in_flight", max_in_flight, 1),
-            ("max_message_bytes", max_message_bytes, 1),
-        ):
-            if value is None and name == "chunk_rows":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-                raise ValueError(f"{name} must be an int >= {lo}, got {value!r}")
+        if chunk_rows is not None:
+            chunk_rows = check_int(chunk_rows, "chunk_rows", min=1)
+        max_in_flight = check_int(max_in_flight, "max_in_flight", min=1)
+        max_message_bytes = check_int(max_message_bytes, "max_message_bytes", min=1)
         self._handle = handle
         self._method = handle.actor.extend_packed
         self._chunk_rows = chunk_rows
@@ -74,14 +100,19 @@ class RayWriter:
         self._max_bytes = max_message_bytes
         self._kwargs = extend_kwargs
         self._packer = Packer()
-        self._stage: torch.Tensor | None = None
-        self._stage_key: str | None = None
+        self._stage = torch.zeros(0, 0, dtype=torch.int64)  # replaced by the first row's layout
+        self._stage_key = ""
         self._views: list[torch.Tensor] = []
         self._chunk = 0  # rows per regular message
         self._staged = 0
-        self._pending: collections.deque = collections.deque()
+        self._pending: collections.deque[_Message] = collections.deque()
+        # Messages to send, in order: new ones not submitted yet (the actor is behind) and
+        # ones that failed with the actor unavailable, to be resent under their ids.
+        self._unsent: list[_Message] = []
+        self._ids = ChunkIds()
         self.rows_sent = 0
         self.messages_sent = 0
+        self.messages_resent = 0
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -105,21 +136,24 @@ class RayWriter:
         if self._staged == 0 and n > MAX_SPLIT * self._chunk:
             words = torch.zeros(n, layout.row_words, dtype=torch.int64)
             layout.write(leaves, layout.group_views(words))
-            self._wait_for_slot()
-            self._send(words.numpy(), n)
+            self._queue(words.numpy(), n)  # a fresh array: kept as it is until acknowledged
+            self._drain()
             return
         capacity = self._stage.shape[0]
         pos = 0
         while pos < n:
             start = self._staged
-            if start == capacity:  # the backlog reached max_message_bytes: wait for the actor
-                self._wait_for_slot()
-                self._send_stage()
+            if start == capacity:  # the backlog reached max_message_bytes
+                # Queued without waiting: every row of this call is taken before the writer
+                # waits for the actor, so an error while waiting never splits the call.
+                self._queue_stage()
                 start = 0
             m = min(n - pos, capacity - start)
             layout.write(leaves, [v[start : start + m] for v in self._views], slice(pos, pos + m))
             self._staged += m
             pos += m
+        if self._unsent:
+            self._drain()  # waits for the actor: the backlog is full
         if self._staged >= self._chunk:
             self._maybe_send()
 
@@ -127,9 +161,7 @@ class RayWriter:
         """A staging array for the packer's layout; rows of a previous layout are sent first."""
         if packer.key == self._stage_key:
             return
-        if self._staged:
-            self._wait_for_slot()
-            self._send_stage()
+        self._queue_stage()  # sent by the call's next wait, after its rows are staged
         layout = packer.layout
         self._chunk = self._chunk_rows or inline_rows(layout.row_bytes)
         capacity = max(self._chunk, self._max_bytes // layout.row_bytes)
@@ -148,41 +180,85 @@ class RayWriter:
     def _reap(self) -> bool:
         """Collect the acknowledgements that arrived; whether a slot is free now."""
         ray = sys.modules["ray"]
-        done, _ = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=0)
+        refs = [m.ref for m in self._pending]
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         if not done:
             return False
         done = set(done)
-        while self._pending and self._pending[0] in done:
-            self._handle._get(self._pending.popleft())  # raises an error the actor returned
+        while self._pending and self._pending[0].ref in done:
+            self._ack()  # raises an error the actor returned
         return len(self._pending) < self._max_in_flight
 
     def _wait_for_slot(self) -> None:
         while len(self._pending) >= self._max_in_flight:
-            self._handle._get(self._pending.popleft())
+            self._ack()
+
+    def _ack(self) -> None:
+        """Wait for the oldest message in flight to be acknowledged."""
+        msg = self._pending.popleft()
+        try:
+            self._handle._get(msg.ref, _RETRY)
+        except BufferActorError:
+            # It, and every message sent after it, may or may not have been written:
+            # keep them all, to be resent under their ids (the actor drops repeats).
+            failed = [msg, *self._pending]
+            self._pending.clear()
+            _settle_refs([m.ref for m in failed])  # no attempt still runs when they are resent
+            self._unsent = sorted([*self._unsent, *failed], key=lambda m: m.seq)
+            raise
+        except BaseException:
+            self._ids.done([msg.seq])  # refused by the buffer (its error): never resent
+            raise
+        self._ids.done([msg.seq])
+
+    def _drain(self) -> None:
+        """Submit the unsent messages in order (waiting for free slots), failed ones again."""
+        while self._unsent:
+            self._wait_for_slot()
+            msg = self._unsent.pop(0)
+            if msg.ref is not None:
+                self.messages_resent += 1
+            self._submit(msg)
 
     def _send_stage(self) -> None:
+        self._queue_stage()
+        self._drain()
+
+    def _queue_stage(self) -> None:
         if self._staged:
-            # Ray copies an argument into its message (or its object store) when .remote()
-            # is called, so the staging array is free to be refilled right after.
-            self._send(self._stage[: self._staged].numpy(), self._staged)
+            # The staging array is refilled right away, so the message keeps a copy of its
+            # rows until the actor acknowledges it (to resend it if the actor fails).
+            self._queue(self._stage[: self._staged].numpy().copy(), self._staged)
             self._staged = 0
 
-    def _send(self, words, n: int) -> None:
-        # through the handle, so writes stay in order with its other calls (and prefetches)
-        self._pending.append(
-            self._handle._submit(self._method, self._stage_key, words, self._kwargs, False)
-        )
+    def _queue(self, words: np.ndarray, n: int) -> None:
+        # Queued before anything waits: if the actor fails meanwhile, these rows stay
+        # queued (neither lost nor staged twice) and flush() sends them.
+        (seq,) = self._ids.take(1)
+        self._unsent.append(_Message(seq, self._stage_key, words, n))
         self.rows_sent += n
         self.messages_sent += 1
 
+    def _submit(self, msg: _Message) -> None:
+        # through the handle, so writes stay in order with its other calls (and prefetches)
+        msg.ref = self._handle._submit(
+            self._method, msg.key, msg.words, self._kwargs, False, self._ids.chunk_id(msg.seq)
+        )
+        self._pending.append(msg)
+
     def flush(self, *, wait: bool = True) -> None:
-        """Send the staged rows; with ``wait``, return once the actor has written every row sent."""
+        """Send the staged rows; with ``wait``, return once the actor has written every row sent.
+
+        Messages that failed because the actor was unavailable are resent first,
+        under their chunk ids (the actor applies each once).
+        """
+        self._drain()
         if self._staged:
             self._wait_for_slot()
             self._send_stage()
         if wait:
             while self._pending:
-                self._handle._get(self._pending.popleft())
+                self._ack()
 
     @property
     def rows_staged(self) -> int:
@@ -191,8 +267,11 @@ class RayWriter:
 
     @property
     def in_flight(self) -> int:
-        """Messages sent and not yet acknowledged (as far as this writer has checked)."""
-        return len(self._pending)
+        """Messages sent and not yet acknowledged (as far as this writer has checked).
+
+        Includes messages that failed with the actor unavailable, which :meth:`flush` resends.
+        """
+        return len(self._pending) + len(self._unsent)
 
     def __enter__(self) -> RayWriter:
         return self
@@ -200,8 +279,12 @@ class RayWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             self.flush()
-        elif self._staged:
-            self._send_stage()
+            return
+        # An error is on its way out: send what is left without waiting (a wait could
+        # raise and hide it). Unacknowledged messages stay with the writer.
+        self._queue_stage()
+        while self._unsent:
+            self._submit(self._unsent.pop(0))
 
     def __reduce__(self):
         raise TypeError(
@@ -211,6 +294,19 @@ class RayWriter:
 
     def __repr__(self) -> str:
         return (
-            f"RayWriter(staged={self._staged}, in_flight={len(self._pending)}, "
+            f"RayWriter(staged={self._staged}, in_flight={self.in_flight}, "
             f"sent={self.rows_sent} rows in {self.messages_sent} messages)"
         )
+
+
+_RETRY = (
+    "The writer keeps every message not acknowledged, and the rows given to this call "
+    "(do not add them again): once the actor is back, w.flush() resends them under their "
+    "chunk ids and the buffer applies each exactly once (a restarted actor first reloads its "
+    "last checkpoint; rows written after it are lost)"
+)
+
+
+def _settle_refs(refs: list) -> None:
+    if refs:
+        sys.modules["ray"].wait(refs, num_returns=len(refs))

@@ -19,7 +19,8 @@ def ray_cluster():
     write ``~/.ray/auth_token``); the library itself never changes that setting.
     Yields ``ray`` and whether ``~/.ray`` existed before.
     """
-    ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'mixreplay[ray]'")
+    import ray
+
     existed = HOME_RAY.exists()
     mp = pytest.MonkeyPatch()
     mp.setenv("RAY_AUTH_MODE", "disabled")

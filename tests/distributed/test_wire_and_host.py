@@ -8,15 +8,22 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ray_helpers import hopper_rows, ring_rows
 from tensordict import TensorDict
 
 from mixreplay import (
     CheckpointError,
     DatasetNotFoundError,
+    LazyTensorStorage,
     MissingDependencyError,
     OfflineToOnlineReplayBuffer,
+    ReplayBuffer,
 )
+from mixreplay.checkpoint import load_state, save_state
 from mixreplay.datasets.memmap import write_memmap_dataset
+from mixreplay.distributed.chunks import ChunkIds, WriterTable
 from mixreplay.distributed.host import BufferHost, info_tensordict
 from mixreplay.distributed.wire import (
     INLINE_BYTES,
@@ -28,26 +35,6 @@ from mixreplay.distributed.wire import (
     message_slices,
 )
 from mixreplay.errors import BufferActorError
-
-
-def hopper_rows(n: int, tag: float = 0.0, start: int = 0) -> TensorDict:
-    i = torch.arange(start, start + n, dtype=torch.float32).unsqueeze(-1)
-    flag = (torch.arange(start, start + n) % 7 == 0).unsqueeze(-1)
-    return TensorDict(
-        {
-            "observation": tag + i.expand(n, 11).clone(),
-            "action": torch.full((n, 3), tag),
-            "done": flag.clone(),
-            "terminated": flag.clone(),
-            "next": {
-                "observation": tag + 1 + i.expand(n, 11).clone(),
-                "reward": i.clone(),
-                "done": flag.clone(),
-                "terminated": flag.clone(),
-            },
-        },
-        batch_size=[n],
-    )
 
 
 @pytest.fixture
@@ -211,6 +198,147 @@ def test_host_checkpoints_every_n_rows_and_restores_only_on_restart_or_resume(
         BufferHost(make_buffer, (offline_path,), restarted=False).checkpoint()
 
 
+# -- exactly-once writes (chunk ids) --------------------------------------------------------------
+
+
+def send(host, packer, ids, seq, rows, want_index=True):
+    """What the handle sends: one chunk of packed rows with its id."""
+    words = packer.pack(rows)
+    return host.extend_packed(packer.key, words, None, want_index, ids.chunk_id(seq))
+
+
+def test_host_applies_each_chunk_once_and_saves_the_ids_with_the_rows(offline_path, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    host = BufferHost(
+        make_buffer, (offline_path,), checkpoint_dir=ckpt, checkpoint_every=100, restarted=False
+    )
+    packer, ids = Packer(), ChunkIds()
+    first, second, third = ids.take(3)
+    assert send(host, packer, ids, first, hopper_rows(60)).tolist() == list(range(60))
+    # a retry (Ray's, or the caller's): acknowledged with the same slots, not written again
+    assert send(host, packer, ids, first, hopper_rows(60)).tolist() == list(range(60))
+    assert host.length() == 500 + 60
+    # the chunk that crosses checkpoint_every is saved with its id, in the same directory
+    assert send(host, packer, ids, second, hopper_rows(40, start=60)).tolist() == list(
+        range(60, 100)
+    )
+    info = host.info()
+    assert info["checkpoints_saved"] == 1 and info["chunks_acknowledged_again"] == 1
+    assert {p.suffix for p in (ckpt / "buffer").iterdir()} == {".json", ".bin"}
+    saved = load_state(ckpt / "buffer")
+    assert set(saved) == {"buffer", "writers"}
+    assert saved["writers"]["writers"] == {
+        ids.writer: [[first, 0, 60], [second, 60, 40]]
+    }  # both still open on the writer's side
+    # a write-only chunk (the RayWriter's) is acknowledged again with its row count
+    assert send(host, packer, ids, third, hopper_rows(5, start=100), want_index=False) == 5
+
+    # the actor died after that save, before replying: the restarted one has rows AND ids
+    restarted = BufferHost(make_buffer, (offline_path,), checkpoint_dir=ckpt, restarted=True)
+    assert restarted.length() == 500 + 100
+    assert send(restarted, packer, ids, second, hopper_rows(40, start=60)).tolist() == list(
+        range(60, 100)
+    )
+    assert send(restarted, packer, ids, third, hopper_rows(5, start=100), want_index=False) == 5
+    assert restarted.length() == 500 + 105  # the chunk saved after the checkpoint, applied once
+    assert restarted.info()["chunks_acknowledged_again"] == 1
+    online = ring_rows(restarted.buffer.state_dict())
+    assert (online == hopper_rows(105)).all()
+
+    # acknowledged chunks are forgotten once the writer names a floor above them
+    ids.done([first, second, third])
+    (fourth,) = ids.take(1)
+    assert ids.chunk_id(fourth)[2] == third
+    send(restarted, packer, ids, fourth, hopper_rows(1, start=105))
+    assert restarted.info()["chunks_remembered"] == 1
+
+
+def test_a_refused_chunk_is_not_remembered(offline_path):
+    host = BufferHost(make_buffer, (offline_path,), restarted=False)
+    packer, ids = Packer(), ChunkIds()
+    send(host, packer, ids, *ids.take(1), hopper_rows(3))
+    (seq,) = ids.take(1)
+    with pytest.raises(Exception, match="action"):
+        send(host, packer, ids, seq, hopper_rows(3).exclude("action"))
+    assert host.info()["chunks_remembered"] == 1 and host.length() == 503
+    # the same id with rows the buffer accepts is a write (the refused one changed nothing)
+    assert send(host, packer, ids, seq, hopper_rows(2)).tolist() == [3, 4]
+
+
+def test_a_buffer_checkpoint_from_before_chunk_ids_still_resumes(offline_path, tmp_path):
+    old = make_buffer(offline_path)
+    old.extend(hopper_rows(7))
+    old.dumps(tmp_path / "ckpt" / "buffer")  # what the actor saved before chunk ids
+    host = BufferHost(
+        make_buffer, (offline_path,), checkpoint_dir=tmp_path / "ckpt", resume=True, restarted=False
+    )
+    assert host.length() == 507 and host.info()["chunks_remembered"] == 0
+
+
+def test_a_damaged_writer_table_is_refused(offline_path, tmp_path):
+    host = BufferHost(make_buffer, (offline_path,), restarted=False)
+    good = {"buffer": host.buffer.state_dict(), "writers": WriterTable().state_dict()}
+    for writers, match in [
+        ({**good["writers"], "version": 9}, "writer table has version 9"),
+        ({**good["writers"], "writers": {"w": [[1, 0, 5]]}}, r"slots \[0, 5\) lie outside the 0"),
+        ({**good["writers"], "writers": {"w": [[1, 0]]}}, r"must be \[seq, offset, length\]"),
+        ({**good["writers"], "slots": torch.zeros(2)}, "slots must be int64"),
+    ]:
+        save_state(tmp_path / "ckpt" / "buffer", {**good, "writers": writers})
+        resumed = BufferHost(
+            make_buffer, (offline_path,), checkpoint_dir=tmp_path / "ckpt", resume=True
+        )
+        with pytest.raises(CheckpointError, match=match):
+            resumed.length()
+
+
+def plain_buffer():
+    return ReplayBuffer(storage=LazyTensorStorage(200), batch_size=4, generator=0)
+
+
+def tagged(chunk: int, n: int) -> TensorDict:
+    return TensorDict({"chunk": torch.full((n,), chunk), "i": torch.arange(n)}, batch_size=[n])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 6), min_size=1, max_size=8),
+    extra=st.lists(st.integers(0, 7), max_size=8),
+    every=st.integers(1, 12),
+    crash=st.one_of(st.none(), st.integers(0, 20)),
+    seed=st.integers(0, 2**16),
+)
+def test_any_redelivery_in_any_order_with_a_restart_applies_each_chunk_once(
+    sizes, extra, every, crash, seed
+):
+    """Chunks arrive in any order, some several times; the actor may restart from its last
+    checkpoint midway, after which every chunk arrives again (as if every reply were lost).
+    Each chunk ends up in the buffer exactly once."""
+    import random
+    import tempfile
+
+    rng = random.Random(seed)
+    packer, ids = Packer(), ChunkIds()
+    seqs = ids.take(len(sizes))  # all open: nothing acknowledged, so nothing may be forgotten
+    deliveries = list(range(len(sizes))) + [k % len(sizes) for k in extra]
+    rng.shuffle(deliveries)
+    phases = [deliveries]
+    if crash is not None:  # the actor dies after `crash` deliveries; then every chunk comes again
+        again = list(range(len(sizes)))
+        rng.shuffle(again)
+        cut = min(crash, len(deliveries))
+        phases = [deliveries[:cut], again + deliveries[cut:]]
+    with tempfile.TemporaryDirectory(prefix="mixreplay-test-") as tmp:
+        kw = {"checkpoint_dir": tmp, "checkpoint_every": every}
+        for i, phase in enumerate(phases):
+            host = BufferHost(plain_buffer, **kw, restarted=i > 0)  # a restart loads the checkpoint
+            for k in phase:
+                send(host, packer, ids, seqs[k], tagged(k, sizes[k]))
+        rows = host.buffer.read_all_in_order()
+    got = sorted(zip(rows["chunk"].tolist(), rows["i"].tolist()))
+    assert got == [(k, i) for k, n in enumerate(sizes) for i in range(n)]
+
+
 # -- handle arguments (checked before any actor starts) -------------------------------------------
 
 
@@ -225,12 +353,26 @@ def test_host_checkpoints_every_n_rows_and_restores_only_on_restart_or_resume(
             ValueError,
             "checkpoint_every must be an int >= 1",
         ),
-        ({"ray_options": [("num_cpus", 1)]}, TypeError, "ray_options must be a dict"),
+        ({"ray_options": [("num_cpus", 1)]}, TypeError, "ray_options must be a Mapping, got list"),
         ({"ray_options": {"max_concurrency": 4}}, ValueError, "max_concurrency must be 1, got 4"),
+        (
+            {"ray_options": {"allow_out_of_order_execution": True}},
+            ValueError,
+            "allow_out_of_order_execution must be False, got True",
+        ),
+        # a wrong type is a TypeError naming the argument and the value (mixreplay._validate)
+        ({"prefetch": 1.5}, TypeError, "prefetch must be an int, got float 1.5"),
+        ({"prefetch": True}, TypeError, "prefetch must be an int, got bool True"),
+        (
+            {"checkpoint_dir": "/abs", "checkpoint_every": "10"},
+            TypeError,
+            "checkpoint_every must be an int, got str '10'",
+        ),
+        ({"checkpoint_dir": 5}, TypeError, "checkpoint_dir must be a path .* got int 5"),
+        ({"checkpoint_dir": "/abs", "resume": "yes"}, TypeError, "resume must be True or False"),
     ],
 )
 def test_handle_rejects_bad_options_before_starting_anything(kwargs, err, match):
-    pytest.importorskip("ray", reason="ray is not installed: pip install 'mixreplay[ray]'")
     from mixreplay.distributed import RayReplayBuffer
 
     with pytest.raises(err, match=match):
@@ -240,7 +382,8 @@ def test_handle_rejects_bad_options_before_starting_anything(kwargs, err, match)
 
 
 def test_handle_needs_an_initialized_ray():
-    ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'mixreplay[ray]'")
+    import ray
+
     if ray.is_initialized():
         pytest.skip("a Ray cluster is already running in this process")
     from mixreplay.distributed import RayReplayBuffer
@@ -266,7 +409,6 @@ def test_importing_the_package_does_not_import_ray():
 
 
 def test_handle_rejects_what_is_not_a_buffer_class():
-    pytest.importorskip("ray", reason="ray is not installed: pip install 'mixreplay[ray]'")
     from mixreplay.distributed import RayReplayBuffer
 
     with pytest.raises(TypeError, match="buffer_cls must be a buffer class .* got int"):
@@ -309,6 +451,18 @@ def _offline_handle():
             "max_in_flight must be an int >= 1, got 0",
         ),
         (lambda rb: rb.sample(prefetch=-2), ValueError, "prefetch must be an int >= 0, got -2"),
+        (lambda rb: rb.sample(prefetch=2.0), TypeError, "prefetch must be an int, got float 2.0"),
+        (lambda rb: rb.writer(chunk_rows=2.5), TypeError, "chunk_rows must be an int, got float"),
+        (
+            lambda rb: rb.writer(max_in_flight="4"),
+            TypeError,
+            "max_in_flight must be an int, got str '4'",
+        ),
+        (
+            lambda rb: rb.writer(max_message_bytes=0),
+            ValueError,
+            "max_message_bytes must be an int >= 1, got 0",
+        ),
         (
             lambda rb: rb.nope,
             AttributeError,

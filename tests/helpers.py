@@ -62,3 +62,85 @@ def assert_state_equal(a, b, where="state") -> None:
             assert_state_equal(u, v, f"{where}[{i}]")
     else:
         assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+# -- TED episodes (observations stored once: tests/storages/test_dedup.py, datasets) ------
+
+OBS = (2, 3)
+
+
+def episodes(lengths: list[int], *, seed: int = 0, glitch: float = 0.0, zeros: bool = True):
+    """TED rows of episodes back to back: ``next`` values are the following row's root values.
+
+    ``glitch``: the share of in-episode rows whose next values differ from the following
+    row's anyway (frame skips, relabelled data). With ``zeros``, the float ``state`` holds
+    ``0.0`` / ``-0.0`` / NaN so that values equal as floats differ as bytes.
+    """
+    g = torch.Generator().manual_seed(seed)
+    n = sum(lengths)
+    states = []  # per episode: L + 1 observations
+    for L in lengths:
+        pix = torch.randint(0, 4, (L + 1, *OBS), generator=g, dtype=torch.uint8)
+        if zeros:
+            pick = torch.randint(0, 4, (L + 1, 2), generator=g)
+            state = torch.tensor([0.0, -0.0, 1.0, float("nan")])[pick]
+        else:
+            state = torch.randn(L + 1, 2, generator=g)
+        step = torch.arange(L + 1, dtype=torch.int64).unsqueeze(-1)
+        states.append((pix, state, step))
+    pix = torch.cat([s[0][:-1] for s in states])
+    npix = torch.cat([s[0][1:] for s in states])
+    state = torch.cat([s[1][:-1] for s in states])
+    nstate = torch.cat([s[1][1:] for s in states])
+    step = torch.cat([s[2][:-1] for s in states])
+    nstep = torch.cat([s[2][1:] for s in states])
+    ends = torch.zeros(n, dtype=torch.bool)
+    ends[torch.tensor(lengths).cumsum(0) - 1] = True
+    trunc = ends & (torch.rand(n, generator=g) < 0.5)
+    term = ends & ~trunc
+    if glitch:
+        bad = (torch.rand(n, generator=g) < glitch) & ~ends
+        npix[bad] = npix[bad] ^ 1
+        flip = (torch.rand(n, generator=g) < glitch) & ~ends
+        nstate[flip] = -nstate[flip]  # 0.0 -> -0.0: equal as floats, not as bytes
+    eid = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    no = torch.zeros(n, 1, dtype=torch.bool)
+    return TensorDict(
+        {
+            "pixels": pix,
+            "state": state,
+            "step_count": step,
+            "action": torch.randn(n, 2, generator=g),
+            "eid": eid,
+            "done": no.clone(),
+            "terminated": no.clone(),
+            "truncated": no.clone(),
+            "next": {
+                "pixels": npix,
+                "state": nstate,
+                "step_count": nstep,
+                "reward": torch.randn(n, 1, generator=g),
+                "done": (ends).unsqueeze(-1),
+                "terminated": term.unsqueeze(-1),
+                "truncated": trunc.unsqueeze(-1),
+            },
+        },
+        batch_size=[n],
+    )
+
+
+def as_bytes(x: torch.Tensor) -> torch.Tensor:
+    flat = x.reshape(-1)
+    return flat.new_empty(flat.shape).copy_(flat).view(torch.uint8)
+
+
+def assert_identical(a, b) -> None:
+    """Same keys in the same order, same dtypes and shapes, same bytes."""
+    ka = list(a.keys(include_nested=True, leaves_only=True))
+    kb = list(b.keys(include_nested=True, leaves_only=True))
+    assert ka == kb
+    assert a.batch_size == b.batch_size and a.device == b.device
+    for k in ka:
+        x, y = a.get(k), b.get(k)
+        assert x.dtype == y.dtype and x.shape == y.shape, k
+        assert torch.equal(as_bytes(x), as_bytes(y)), k

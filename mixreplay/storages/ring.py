@@ -26,13 +26,13 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from mixreplay._validate import check_int, check_path
+from mixreplay._validate import check_bool, check_int, check_path
 from mixreplay.errors import CheckpointError, SchemaMismatchError
 from mixreplay.layout import RowLayout
 from mixreplay.schema import Schema
 from mixreplay.storages.base import PackedStorage, as_device, check_ndim, check_rows
 
-__all__ = ["LazyMemmapStorage", "LazyTensorStorage", "TensorStorage"]
+__all__ = ["LazyMemmapStorage", "LazyTensorStorage", "TensorStorage", "check_saved_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,43 @@ def _state_int(state: dict[str, Any], key: str, lo: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < lo:
         raise CheckpointError(f"storage {key} must be an int >= {lo}, got {value!r}")
     return value
+
+
+def check_saved_rows(rows: Any, length: int, words: int, what: str = "rows") -> torch.Tensor:
+    """``rows`` if it is an ``int64 [length, words]`` tensor; a :class:`CheckpointError` otherwise."""
+    want = (length, words)
+    if not isinstance(rows, torch.Tensor) or rows.dtype != torch.int64 or tuple(rows.shape) != want:
+        got = (
+            f"{rows.dtype}{list(rows.shape)}"
+            if isinstance(rows, torch.Tensor)
+            else type(rows).__name__
+        )
+        raise CheckpointError(f"the saved {what} must be an int64{list(want)} tensor, got {got}")
+    return rows
+
+
+class _DedupHooks:
+    """How a plain ring reaches its dedup variant (:mod:`mixreplay.storages.dedup`).
+
+    That module registers itself here when it is imported (the ``mixreplay.storages``
+    package imports it), so the rings do not import it back.
+    """
+
+    variant: Callable[[type], type] | None = None
+    expand_state: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+    def build(self, cls: type) -> type:
+        if self.variant is None:  # pragma: no cover - registered by mixreplay.storages
+            raise RuntimeError("import mixreplay.storages.dedup to build dedup_next=True rings")
+        return self.variant(cls)
+
+    def expand(self, state: dict[str, Any]) -> dict[str, Any]:
+        if self.expand_state is None:  # pragma: no cover - registered by mixreplay.storages
+            raise RuntimeError("import mixreplay.storages.dedup to read a dedup_next=True ring")
+        return self.expand_state(state)
+
+
+DEDUP_HOOKS = _DedupHooks()
 
 
 class TensorStorage(PackedStorage):
@@ -63,6 +100,10 @@ class TensorStorage(PackedStorage):
         device: where the rows live (CPU by default).
         ndim: TorchRL's storage dimensions; only 1 (a ring of rows) is supported, see
             :func:`~mixreplay.storages.base.check_ndim`.
+        dedup_next: keep each next value once: for every key present both at the root
+            and under ``"next"``, the next value is read from the following row of the
+            same episode (see :mod:`mixreplay.storages.dedup`). Pixel observations then
+            cost about half; batches are the same.
 
     Examples:
         >>> import torch
@@ -75,7 +116,24 @@ class TensorStorage(PackedStorage):
         tensor([3, 1, 2])
     """
 
-    def __init__(self, max_size: int, *, device: torch.device | str | None = None, ndim: int = 1):
+    #: whether next values are kept once (a class of :mod:`mixreplay.storages.dedup`)
+    dedup_next: bool = False
+
+    def __new__(cls, *args: Any, dedup_next: bool = False, **kwargs: Any) -> TensorStorage:
+        # dedup_next=True builds the deduplicating variant of the class asked for, so
+        # the plain ring's extend and gather stay free of any dedup branch.
+        if check_bool(dedup_next, "dedup_next") and not cls.dedup_next:
+            cls = DEDUP_HOOKS.build(cls)
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        device: torch.device | str | None = None,
+        ndim: int = 1,
+        dedup_next: bool = False,
+    ):
         super().__init__()
         check_ndim(ndim)
         self.max_size = check_int(max_size, "max_size", min=1, what="a positive number of rows")
@@ -213,7 +271,11 @@ class TensorStorage(PackedStorage):
                 "rows": rows,
             }
 
-    def plan_load_state_dict(self, state: Any) -> Callable[[], None]:
+    def _check_header(self, state: Any) -> tuple[int, int, int, RowLayout | None]:
+        """``(len, cursor, write_count, layout)`` of a saved ring, checked against this one.
+
+        ``layout`` is ``None`` for a ring saved before its first write.
+        """
         if not isinstance(state, dict):
             raise CheckpointError(f"a storage state is a dict, got {type(state).__name__}")
         max_size = _state_int(state, "max_size", 1)
@@ -238,13 +300,7 @@ class TensorStorage(PackedStorage):
         if state.get("schema") is None:
             if length:
                 raise CheckpointError(f"{length} rows saved without a schema; the state is corrupt")
-
-            def restore_empty() -> None:
-                self._cursor = self._len = 0
-                self._write_count = write_count
-                self._bump_generation()
-
-            return restore_empty
+            return length, cursor, write_count, None
         try:
             layout = RowLayout(Schema.from_json(state["schema"]))
         except (SchemaMismatchError, ValueError, KeyError, TypeError) as err:
@@ -255,19 +311,22 @@ class TensorStorage(PackedStorage):
                 f"the saved rows do not match this storage's ({'; '.join(lines)}); load them "
                 "into a storage whose rows have the saved keys, dtypes and shapes"
             )
-        rows = state.get("rows")
-        want = (length, layout.row_words)
-        if (
-            not isinstance(rows, torch.Tensor)
-            or rows.dtype != torch.int64
-            or tuple(rows.shape) != want
-        ):
-            got = (
-                f"{rows.dtype}{list(rows.shape)}"
-                if isinstance(rows, torch.Tensor)
-                else type(rows).__name__
-            )
-            raise CheckpointError(f"the saved rows must be an int64{list(want)} tensor, got {got}")
+        return length, cursor, write_count, layout
+
+    def plan_load_state_dict(self, state: Any) -> Callable[[], None]:
+        if isinstance(state, dict) and state.get("dedup_next"):
+            # a ring saved with dedup_next=True: its rows, each next value restored
+            state = DEDUP_HOOKS.expand(state)
+        length, cursor, write_count, layout = self._check_header(state)
+        if layout is None:
+
+            def restore_empty() -> None:
+                self._cursor = self._len = 0
+                self._write_count = write_count
+                self._bump_generation()
+
+            return restore_empty
+        rows = check_saved_rows(state.get("rows"), length, layout.row_words)
 
         def restore() -> None:
             if self._rows is None or self._layout != layout:
@@ -347,6 +406,8 @@ class LazyMemmapStorage(TensorStorage):
     Keyword Args:
         scratch_dir: directory for the backing file.
         device: must be CPU (memory maps live in host memory).
+        dedup_next: keep each next value once (see :class:`TensorStorage`); the rows
+            and the next values kept apart both live in files of ``scratch_dir``.
 
     Examples:
         >>> import torch
@@ -366,8 +427,9 @@ class LazyMemmapStorage(TensorStorage):
         scratch_dir: str | os.PathLike[str] | None = None,
         device: torch.device | str | None = None,
         ndim: int = 1,
+        dedup_next: bool = False,
     ):
-        super().__init__(max_size, device=device, ndim=ndim)
+        super().__init__(max_size, device=device, ndim=ndim, dedup_next=dedup_next)
         if self.device.type != "cpu":
             raise ValueError(f"LazyMemmapStorage lives in host memory; got device={self.device}")
         self.scratch_dir = (

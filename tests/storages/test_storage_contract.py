@@ -21,6 +21,8 @@ from tests.conftest import ted_rows
 VARIANTS = [
     "memory",
     "memmap",
+    "dedup",
+    "memmap-dedup",
     pytest.param(
         "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
     ),
@@ -32,6 +34,10 @@ def make_storage(kind, max_size, tmp_path):
         return LazyTensorStorage(max_size)
     if kind == "memmap":
         return LazyMemmapStorage(max_size, scratch_dir=tmp_path)
+    if kind == "dedup":
+        return LazyTensorStorage(max_size, dedup_next=True)
+    if kind == "memmap-dedup":
+        return LazyMemmapStorage(max_size, scratch_dir=tmp_path, dedup_next=True)
     return LazyTensorStorage(max_size, device="cuda")
 
 
@@ -45,8 +51,13 @@ def test_allocates_from_first_write_exactly_capacity_rows(kind, tmp_path):
     assert s.schema is None and s.nbytes == 0 and len(s) == 0
     s.extend(ted_rows(3))
     assert s.layout.row_bytes % 8 == 0
-    assert s.nbytes == 50 * s.row_bytes
-    assert s._rows.shape == (50, s.layout.row_words)
+    if s.dedup_next:  # the rows without the next values kept once, and the exceptions
+        stored = s.dedup_layout.stored
+        assert s.row_bytes == stored.row_bytes < s.layout.row_bytes
+        assert s._rows.shape == (50, stored.row_words)
+    else:
+        assert s.nbytes == 50 * s.row_bytes
+        assert s._rows.shape == (50, s.layout.row_words)
     assert s.schema == Schema.from_tensordict(ted_rows(1))
 
 
@@ -235,6 +246,8 @@ def test_storages_and_buffers_pickle(kind, tmp_path):
 ALL_KINDS = [
     "memory",
     "memmap",
+    "dedup",
+    "memmap-dedup",
     "frozen",
     pytest.param("torchrl", marks=pytest.mark.torchrl),
 ]

@@ -203,3 +203,32 @@ def test_bench_versions_tiny(tmp_path):
     )
     for op in ("sample(256)", "extend(1)", "extend(1000)", "dumps", "loads"):
         assert re.search(rf"^{re.escape(op)}(\s+[\d.]+){{5}}x\s+[\d.]+-[\d.]+x$", text, re.M), op
+
+
+@pytest.mark.torchrl
+def test_bench_samplers_tiny(tmp_path):
+    text = run_bench(
+        "bench_samplers.py",
+        "--rounds",
+        "1",
+        "--number",
+        "2",
+        "--offline",
+        "2000",
+        "--online",
+        "1000",
+        tmp=tmp_path,
+    )
+    for op in ("prioritized sample(256) + weights", "slices(8) sample(256)", "slices extend(1)"):
+        assert re.search(rf"^{re.escape(op)}\s+[\d.]+\s+.*[\d.]+x", text, re.M), op
+
+
+@pytest.mark.torchrl
+def test_bench_dedup_tiny(tmp_path):
+    text = run_bench(
+        "bench_dedup.py", "--capacity", "600", "--rounds", "1", "--number", "2", tmp=tmp_path
+    )
+    assert re.search(r"bytes per transition: plain [\d,]+, dedup [\d,]+ \([\d.]+x\)", text)
+    for op in ("sample(256)", "extend(1 row)", "extend(1000 rows)"):
+        assert re.search(rf"^{re.escape(op)}\s+[\d.]+\s+[\d.]+\s+[\d.]+x$", text, re.M), op
+    assert "dedup/torchrl" in text

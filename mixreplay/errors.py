@@ -11,6 +11,7 @@ mixreplay::
     ├── ReadOnlyError(TypeError)             writing to offline (read-only) data
     ├── DatasetError(ValueError)             an ID or file cannot be resolved or read
     │   └── DatasetNotFoundError(FileNotFoundError)
+    ├── PrefixExistsError(KeyError, ValueError)  a dataset prefix is already registered
     ├── CheckpointError(ValueError)          a checkpoint is corrupt or does not fit
     │   └── CheckpointNotFoundError(FileNotFoundError)
     ├── BufferActorError(RuntimeError)       the Ray actor hosting a buffer is dead or unreachable
@@ -31,6 +32,7 @@ __all__ = [
     "EmptyBufferError",
     "MissingDependencyError",
     "MixreplayError",
+    "PrefixExistsError",
     "PriorityError",
     "ReadOnlyError",
     "SchemaMismatchError",
@@ -71,6 +73,16 @@ class DatasetError(MixreplayError, ValueError):
 
 class DatasetNotFoundError(DatasetError, FileNotFoundError):
     """A dataset ID or path points to nothing on disk."""
+
+
+class PrefixExistsError(MixreplayError, KeyError, ValueError):
+    """``register_dataset`` of a prefix that is already registered, without ``replace=True``.
+
+    A ``KeyError``, as TorchRL's ``register_dataset`` raises, and a ``ValueError``.
+    """
+
+    def __str__(self) -> str:  # KeyError's own str() would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 class CheckpointError(MixreplayError, ValueError):

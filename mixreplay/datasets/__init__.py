@@ -1,105 +1,42 @@
-"""Offline datasets by ID: a registry of loaders keyed by prefix.
+"""Offline datasets by ID: a registry of sources keyed by prefix.
 
-``load_dataset("prefix:rest", **kwargs)`` looks the prefix up and calls its
-factory with ``rest``. Built-in prefixes (imported only when used):
+``load_dataset("<prefix>:<name>", **kwargs)`` looks the prefix up in the registry
+(:mod:`~mixreplay.datasets.registry`) and opens the dataset. Built in:
 
-- ``minari:<dataset_id>`` - a Minari dataset from the local Minari root;
-- ``d4rl:<name-or-path>`` - an HDF5 file in the D4RL layout;
-- ``memmap:<dir>`` - mixreplay's own memory-mapped format.
+- ``minari:<dataset_id>``: a Minari dataset from the local Minari root;
+- ``d4rl:<name-or-path>``: an HDF5 file in the D4RL layout (downloaded from D4RL
+  when a published name is missing locally);
+- ``memmap:<dir>``: mixreplay's own memory-mapped format;
+- ``atari``, ``atari_dqn``, ``gen_dgrl``, ``lerobot``, ``openml``, ``openx``,
+  ``roboset``, ``vd4rl``: through TorchRL's dataset classes (needs torchrl).
 
-``register_dataset(prefix, factory)`` adds your own.
+``minari:`` and ``d4rl:`` are :class:`Source` classes, opened by the one loader
+(:mod:`~mixreplay.datasets.loader`: row options, the conversion cache, TorchRL's
+keywords). ``register_dataset(prefix, Source subclass | factory | "module:attr")``
+adds your own; a Source subclass gets the cache, ``mixreplay convert`` and
+``mixreplay inspect`` for free.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-
 from mixreplay.buffers.offline import OfflineDataset
+from mixreplay.datasets.registry import (
+    DatasetEntry,
+    get_entry,
+    list_prefixes,
+    load_dataset,
+    parse_dataset_id,
+    register_dataset,
+)
+from mixreplay.datasets.source import Source
 
-__all__ = ["OfflineDataset", "list_prefixes", "load_dataset", "register_dataset"]
-
-_BUILTIN: dict[str, str] = {
-    "d4rl": "mixreplay.datasets.d4rl:load_d4rl",
-    "memmap": "mixreplay.datasets.memmap:load_memmap",
-    "minari": "mixreplay.datasets.minari:load_minari",
-}
-_REGISTRY: dict[str, Callable[..., object]] = {}
-
-
-def list_prefixes() -> list[str]:
-    """Every known prefix, sorted."""
-    return sorted(set(_BUILTIN) | set(_REGISTRY))
-
-
-def register_dataset(prefix: str, factory: Callable[..., object], *, replace: bool = False) -> None:
-    """Make ``load_dataset(f"{prefix}:<rest>", **kw)`` call ``factory(rest, **kw)``.
-
-    Args:
-        prefix: letters, digits, ``_`` or ``-``; no ``:``.
-        factory: returns an offline dataset (anything with ``sample(n)`` and ``len()``).
-
-    Keyword Args:
-        replace: allow replacing an existing prefix (built-ins included).
-
-    Examples:
-        >>> import torch
-        >>> from tensordict import TensorDict
-        >>> from mixreplay import ReplayBuffer, LazyTensorStorage, load_dataset, register_dataset
-        >>> def zeros(rest, batch_size=None):
-        ...     rb = ReplayBuffer(storage=LazyTensorStorage(int(rest)), batch_size=batch_size)
-        ...     _ = rb.extend(TensorDict({"x": torch.zeros(int(rest), 2)}, [int(rest)]))
-        ...     return rb
-        >>> register_dataset("zeros", zeros, replace=True)
-        >>> len(load_dataset("zeros:8"))
-        8
-    """
-    if (
-        not isinstance(prefix, str)
-        or not prefix
-        or ":" in prefix
-        or not prefix.replace("_", "").replace("-", "").isalnum()
-    ):
-        raise ValueError(
-            f"a dataset prefix must be a non-empty word of letters, digits, '_' or '-', got {prefix!r}"
-        )
-    if not callable(factory):
-        raise TypeError(f"factory must be callable, got {type(factory).__name__}")
-    if not replace and (prefix in _REGISTRY or prefix in _BUILTIN):
-        raise ValueError(
-            f"dataset prefix {prefix!r} is already registered; pass replace=True to override it"
-        )
-    _REGISTRY[prefix] = factory
-
-
-def _factory(prefix: str) -> Callable[..., object]:
-    if prefix in _REGISTRY:
-        return _REGISTRY[prefix]
-    if prefix in _BUILTIN:
-        module, _, name = _BUILTIN[prefix].partition(":")
-        return getattr(importlib.import_module(module), name)
-    raise ValueError(
-        f"unknown dataset prefix {prefix!r}; known prefixes: {', '.join(list_prefixes())} "
-        "(register your own with mixreplay.register_dataset)"
-    )
-
-
-def load_dataset(dataset_id: str, **kwargs):
-    """Open the offline dataset named ``"prefix:rest"``.
-
-    Args:
-        dataset_id: e.g. ``"minari:mujoco/hopper/expert-v0"``, ``"d4rl:hopper-medium-v2"``,
-            ``"memmap:/data/hopper"``.
-        **kwargs: forwarded to the prefix's loader (``batch_size``, ``generator``, ...).
-    """
-    if not isinstance(dataset_id, str):
-        raise TypeError(
-            f"dataset_id must be a string like 'minari:<id>', got {type(dataset_id).__name__}"
-        )
-    prefix, sep, rest = dataset_id.partition(":")
-    if not sep or not prefix or not rest:
-        raise ValueError(
-            f"dataset ID {dataset_id!r} has no prefix; write it as '<prefix>:<name>' with a prefix "
-            f"among {', '.join(list_prefixes())}"
-        )
-    return _factory(prefix)(rest, **kwargs)
+__all__ = [
+    "DatasetEntry",
+    "OfflineDataset",
+    "Source",
+    "get_entry",
+    "list_prefixes",
+    "load_dataset",
+    "parse_dataset_id",
+    "register_dataset",
+]

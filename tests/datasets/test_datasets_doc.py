@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("h5py")
-
 DOC = Path(__file__).resolve().parents[2] / "docs" / "datasets.md"
 
 

@@ -10,9 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("gymnasium")
-pytest.importorskip("minari")
-
 from mixreplay import (
     DatasetError,
     DatasetNotFoundError,

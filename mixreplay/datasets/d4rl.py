@@ -290,10 +290,10 @@ class D4RLSource(Source):
         progress: Callable[[int], None] | None,
         sha256: str | None,
     ) -> Path:
-        from mixreplay.datasets.download import download as fetch
-
         url = None if not text or _is_path(text) else d4rl_url(text)
         if url is not None and download == "force":
+            from mixreplay.datasets.download import download as fetch  # urllib: imported on need
+
             _h5py()  # before fetching a file that could not be converted
             return fetch(
                 url, _download_target(text), sha256=sha256, check=check_d4rl_file, progress=progress
@@ -303,6 +303,8 @@ class D4RLSource(Source):
         except DatasetNotFoundError:
             if url is None or not download:
                 raise
+        from mixreplay.datasets.download import download as fetch
+
         _h5py()
         log.info("D4RL dataset %s is not in %s: downloading %s", text, d4rl_dataset_dir(), url)
         target = _download_target(text)

@@ -38,7 +38,7 @@ from tensordict import TensorDict
 from mixreplay._validate import check_bool, check_choice
 from mixreplay.datasets.source import Source
 from mixreplay.datasets.transforms import flat_leaves, nest
-from mixreplay.errors import DatasetError, DatasetNotFoundError, require
+from mixreplay.errors import DatasetError, DatasetNotFoundError, MissingDependencyError, require
 from mixreplay.schema import format_key
 
 __all__ = ["MinariSource"]
@@ -136,6 +136,10 @@ class MinariSource(Source):
         log.info("downloading Minari dataset %s into %s", name, root)
         try:
             minari.download_dataset(name, force_download=download == "force")
+        except ImportError as err:  # Minari's remotes need extras of Minari's own
+            raise MissingDependencyError(
+                f"Minari cannot download {name!r} without its remote's package: {err}"
+            ) from err
         except Exception as err:  # network, unknown remote ID: Minari raises many kinds
             raise DatasetError(f"Minari could not download {name!r}: {err}") from err
 

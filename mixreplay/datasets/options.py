@@ -9,6 +9,7 @@ clear error naming the mixreplay way.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -26,11 +27,12 @@ _READ_ONLY = {
 }
 
 
-def _dataset_parameters() -> tuple[set[str], bool]:
+@functools.cache
+def _dataset_parameters() -> tuple[frozenset[str], bool]:
     from mixreplay.buffers.offline import OfflineDataset
 
     params = inspect.signature(OfflineDataset.__init__).parameters.values()
-    named = {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    named = frozenset(p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
     return named, any(p.kind is p.VAR_KEYWORD for p in params)
 
 

@@ -16,6 +16,7 @@ each one the user gives through, and refuses any keyword no part of it takes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -50,6 +51,16 @@ def files_fingerprint(paths: Iterable[Path], options: dict[str, Any]) -> str:
         st = p.stat()
         entries.append([str(p), st.st_size, st.st_mtime_ns])
     return digest({"files": entries, "options": options, "converter": CONVERTER_VERSION})
+
+
+@functools.cache
+def _option_names(init: Any) -> frozenset[str]:
+    params = inspect.signature(init).parameters.values()
+    return frozenset(
+        p.name
+        for p in params
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in _BASE_PARAMETERS
+    )
 
 
 class Source(ABC):
@@ -106,13 +117,7 @@ class Source(ABC):
     @classmethod
     def option_names(cls) -> frozenset[str]:
         """The keyword options this source class takes beyond the loader's own."""
-        params = inspect.signature(cls.__init__).parameters.values()
-        return frozenset(
-            p.name
-            for p in params
-            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
-            and p.name not in _BASE_PARAMETERS
-        )
+        return _option_names(cls.__init__)
 
     @property
     def source_id(self) -> str:

@@ -10,8 +10,8 @@ mixreplay::
     ├── PriorityError(ValueError)            a priority update holds NaN, inf or a bad shape
     ├── ReadOnlyError(TypeError)             writing to offline (read-only) data
     ├── DatasetError(ValueError)             an ID or file cannot be resolved or read
-    │   └── DatasetNotFoundError(FileNotFoundError)
-    ├── PrefixExistsError(KeyError, ValueError)  a dataset prefix is already registered
+    │   ├── DatasetNotFoundError(FileNotFoundError)
+    │   └── DatasetPrefixTakenError(KeyError)  a dataset prefix is registered already
     ├── CheckpointError(ValueError)          a checkpoint is corrupt or does not fit
     │   └── CheckpointNotFoundError(FileNotFoundError)
     ├── BufferActorError(RuntimeError)       the Ray actor hosting a buffer is dead or unreachable
@@ -29,10 +29,10 @@ __all__ = [
     "CheckpointNotFoundError",
     "DatasetError",
     "DatasetNotFoundError",
+    "DatasetPrefixTakenError",
     "EmptyBufferError",
     "MissingDependencyError",
     "MixreplayError",
-    "PrefixExistsError",
     "PriorityError",
     "ReadOnlyError",
     "SchemaMismatchError",
@@ -75,14 +75,10 @@ class DatasetNotFoundError(DatasetError, FileNotFoundError):
     """A dataset ID or path points to nothing on disk."""
 
 
-class PrefixExistsError(MixreplayError, KeyError, ValueError):
-    """``register_dataset`` of a prefix that is already registered, without ``replace=True``.
+class DatasetPrefixTakenError(DatasetError, KeyError):
+    """A dataset prefix is registered already (a ``KeyError``, the type TorchRL raises)."""
 
-    A ``KeyError``, as TorchRL's ``register_dataset`` raises, and a ``ValueError``.
-    """
-
-    def __str__(self) -> str:  # KeyError's own str() would quote the message
-        return str(self.args[0]) if self.args else ""
+    __str__ = BaseException.__str__  # KeyError's own would print the message quoted
 
 
 class CheckpointError(MixreplayError, ValueError):

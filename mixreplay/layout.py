@@ -284,6 +284,8 @@ class RowLayout:
         elif any(v.device != device for v in leaves):
             leaves = [v.to(device) for v in leaves]
         dest = torch.zeros(n, self.row_words, dtype=torch.int64, device=device)
+        if any(v.requires_grad for v in leaves):  # values are packed, never autograd history
+            leaves = [v.detach() for v in leaves]
         self.write(leaves, self.group_views(dest))
         return dest
 

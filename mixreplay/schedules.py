@@ -32,6 +32,8 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from mixreplay._validate import check_int, check_real
+
 __all__ = [
     "Anneal",
     "CallableSchedule",
@@ -50,20 +52,8 @@ __all__ = [
 
 
 def _unit_value(value: Any, name: str) -> float:
-    """A finite float in ``[0, 1]``, or ValueError showing the rejected value."""
-    if isinstance(value, (bool, str, bytes)):
-        raise TypeError(f"{name} must be a number in [0, 1], got {type(value).__name__} {value!r}")
-    if not isinstance(value, (int, float)):
-        try:
-            value = float(value)  # numpy and 0-d torch scalars
-        except (TypeError, ValueError):
-            raise TypeError(
-                f"{name} must be a number in [0, 1], got {type(value).__name__} {value!r}"
-            ) from None
-    value = float(value)
-    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-        raise ValueError(f"{name} must be a finite number in [0, 1], got {value!r}")
-    return value
+    """A finite float in ``[0, 1]`` (NumPy and 0-dim torch scalars accepted)."""
+    return check_real(value, name, min=0.0, max=1.0, what="a number in [0, 1]")
 
 
 def check_step(value: Any) -> int | float:
@@ -94,18 +84,8 @@ def check_step(value: Any) -> int | float:
 
 
 def _count(value: Any, name: str) -> int:
-    """An int ``>= 0`` (numpy and torch integers accepted), or an error showing the value."""
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int >= 0, got bool {value!r}")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(
-            f"{name} must be an int >= 0, got {type(value).__name__} {value!r}"
-        ) from None
-    if value < 0:
-        raise ValueError(f"{name} must be an int >= 0, got {value}")
-    return value
+    """An int ``>= 0`` (NumPy and torch integers accepted)."""
+    return check_int(value, name, min=0, what="an int >= 0")
 
 
 def _clamp(x: float, a: float, b: float) -> float:

@@ -31,7 +31,13 @@ CORE_PREFIXES = (
     "mixreplay._validate",
     "mixreplay.errors",
 )
-PERIPHERY = ("mixreplay.datasets", "mixreplay.distributed", "mixreplay.demo", "mixreplay.cli")
+PERIPHERY = (
+    "mixreplay.datasets",
+    "mixreplay.distributed",
+    "mixreplay.demo",
+    "mixreplay.cli",
+    "mixreplay.torchrl",
+)
 #: the one sanctioned way in from the core: a dataset given as an ID string is loaded lazily
 ALLOWED = {
     ("mixreplay.buffers.offline_to_online", "mixreplay.datasets"),

@@ -465,9 +465,7 @@ class MixingBuffer:
             parts.append(td)
         if len(parts) == 1:
             return strip_bookkeeping(parts[0])
-        layout = RowLayout(Schema.from_tensordict(strip_bookkeeping(parts[-1]), batch_dims=1))
-        if self._layout is not None and self._layout == layout:
-            layout = self._layout  # its unpack code is compiled already
+        layout = self._output_layout(Schema.from_tensordict(strip_bookkeeping(parts[-1])))
         device = parts[-1].device or torch.device("cpu")
         out = torch.empty(B, layout.row_words, dtype=torch.int64, device=device)
         pos = 0
@@ -484,6 +482,18 @@ class MixingBuffer:
                 layout.write(leaves, layout.group_views(out[pos : pos + n]))
             pos += n
         return layout.unpack(out, device)
+
+    def _output_layout(self, schema: Schema) -> RowLayout:
+        """The packed layout of a batch with ``schema`` (built once: it compiles its unpacking)."""
+        if self._layout is not None and self._layout.schema == schema:
+            return self._layout
+        layouts = self.__dict__.setdefault("_layouts", {})
+        layout = layouts.get(schema)
+        if layout is None:
+            if len(layouts) > 16:  # transforms that keep changing the schema: do not hoard
+                layouts.clear()
+            layout = layouts[schema] = RowLayout(schema)
+        return layout
 
     def _info(
         self,
@@ -551,9 +561,10 @@ class MixingBuffer:
                 updates.append(
                     (src, index[mask], priority.to(index.device)[mask], mask.nonzero().squeeze(-1))
                 )
+        checked = []
         for src, idx, prio, positions in updates:  # everything checked before anything changes
             try:
-                src.sampler.check_priority(idx, prio)
+                checked.append((src, src.sampler.check_priority(idx, prio)))
             except PriorityError as err:
                 bad = err.position
                 where = f" (row {int(positions[bad])} of the batch)" if bad is not None else ""
@@ -561,9 +572,9 @@ class MixingBuffer:
                     f"{err}{where}", position=None if bad is None else int(positions[bad])
                 ) from None
         self._before_write()
-        for src, idx, prio, _ in updates:
+        for src, update in checked:
             with src.storage.lock:
-                src.sampler.update_priority(idx, prio)
+                src.sampler.apply_priority(update)
         self._after_write()
 
     # -- misc ------------------------------------------------------------------------------

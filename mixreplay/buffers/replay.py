@@ -141,6 +141,7 @@ class ReplayBuffer:
                 f"sampler must be a mixreplay Sampler (RandomSampler, PrioritizedSampler, "
                 f"SliceSampler, SamplerWithoutReplacement), got {describe(sampler)}"
             )
+        sampler.attach(storage)  # sizes what it keeps by the storage, checks it fits
         self._sampler: Sampler = sampler
         self._batch_size = None if batch_size is None else check_batch_size(batch_size)
         self._generator = make_generator(generator)

@@ -19,8 +19,13 @@ adds your own; a Source subclass gets the cache, ``mixreplay convert`` and
 
 from __future__ import annotations
 
+# the registry imports its lazy targets with importlib.import_module, looked up when called:
+# TorchRL's tests patch it as ``mixreplay.datasets.importlib.import_module`` (TorchRL's layout)
+import importlib  # noqa: F401
+
 from mixreplay.buffers.offline import OfflineDataset
 from mixreplay.datasets.registry import (
+    _DATASET_REGISTRY,  # noqa: F401  (TorchRL's name for its registry; tests read it here)
     DatasetEntry,
     get_entry,
     list_prefixes,

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import importlib.util
 import inspect
 import re
 from collections.abc import Callable
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from mixreplay._validate import describe
-from mixreplay.errors import DatasetError, PrefixExistsError
+from mixreplay.errors import DatasetError, DatasetPrefixTakenError, MissingDependencyError
 
 __all__ = [
     "DatasetEntry",
@@ -66,22 +67,43 @@ class DatasetEntry:
     def resolve(self) -> Any:
         """The Source class or factory (a lazy target is imported now).
 
+        A TorchRL dataset class (``torchrl.data.datasets``) comes back wrapped in
+        :class:`~mixreplay.datasets.torchrl_sources.TorchRLDataset`, which lets
+        ``batch_size`` be left out and names TorchRL's missing packages.
+
         Raises:
-            DatasetError: a lazy target that cannot be imported.
+            MissingDependencyError: the target is TorchRL's and torchrl is not installed.
+            ImportError: a lazy target whose module cannot be imported (the type the
+                import raised, as in TorchRL; the message names the prefix and the fix).
+            AttributeError: a lazy target whose module lacks the attribute.
         """
+        from mixreplay.datasets.torchrl_sources import TorchRLDataset
+
         if not isinstance(self.target, str):
-            return self.target
-        module, _, attr = self.target.partition(":")
-        try:
-            obj: Any = importlib.import_module(module)
-            for part in attr.split("."):
-                obj = getattr(obj, part)
-        except (ImportError, AttributeError) as err:
-            raise DatasetError(
-                f"dataset source {self.prefix!r} is registered as {self.target!r}, which cannot "
-                f"be imported ({type(err).__name__}: {err}); fix it with "
-                f"register_dataset({self.prefix!r}, ..., replace=True)"
-            ) from err
+            obj: Any = self.target
+        else:
+            module, _, attr = self.target.partition(":")
+            if module.split(".")[0] == "torchrl" and importlib.util.find_spec("torchrl") is None:
+                raise MissingDependencyError(
+                    f"the dataset source {self.prefix!r} opens through TorchRL ({self.target}), "
+                    'which is not installed. Install it with: pip install "mixreplay[torchrl]"'
+                )
+            try:
+                obj = importlib.import_module(module)
+                for part in attr.split("."):
+                    obj = getattr(obj, part)
+            except (ImportError, AttributeError) as err:
+                # TorchRL's registry lets the import error through: keep its type
+                message = (
+                    f"dataset source {self.prefix!r} is registered as {self.target!r}, which "
+                    f"cannot be imported ({type(err).__name__}: {err}); fix it with "
+                    f"register_dataset({self.prefix!r}, ..., replace=True)"
+                )
+                if isinstance(err, ImportError):
+                    raise type(err)(message, name=err.name, path=err.path) from err
+                raise AttributeError(message) from err
+        if isinstance(obj, type) and obj.__module__.startswith("torchrl.data.datasets"):
+            return TorchRLDataset(f"{obj.__module__}:{obj.__qualname__}")
         return obj
 
     @property
@@ -153,14 +175,15 @@ class DatasetEntry:
         return f"DatasetEntry({self.prefix!r}, {self.describe()!r})"
 
 
-_REGISTRY: dict[str, DatasetEntry] = {}
+#: prefix -> what it opens: a Source class, a factory, or a lazy ``"module:attribute"``
+#: string (TorchRL's name and layout for its registry: code reading TorchRL's reads this)
+_DATASET_REGISTRY: dict[str, Any] = {}
 
 
 def _normalize(prefix: Any) -> str:
-    if not isinstance(prefix, str):
-        raise TypeError(f"prefix must be a str such as 'minari', got {describe(prefix)}")
-    out = prefix.lower().strip()
-    if not _PREFIX.fullmatch(out):
+    # a non-string is a bad prefix too (ValueError, as mixreplay has always raised here)
+    out = prefix.lower().strip() if isinstance(prefix, str) else None
+    if out is None or not _PREFIX.fullmatch(out):
         raise ValueError(
             "a dataset prefix must be a non-empty word of letters, digits, '_' or '-' "
             f"(no ':'), got {prefix!r}"
@@ -170,7 +193,7 @@ def _normalize(prefix: Any) -> str:
 
 def list_prefixes() -> list[str]:
     """Every registered prefix, sorted."""
-    return sorted(_REGISTRY)
+    return sorted(_DATASET_REGISTRY)
 
 
 def get_entry(prefix: str) -> DatasetEntry:
@@ -180,13 +203,12 @@ def get_entry(prefix: str) -> DatasetEntry:
         DatasetError: an unknown prefix (the message suggests the closest known one).
     """
     key = _normalize(prefix)
-    entry = _REGISTRY.get(key)
-    if entry is None:
+    if key not in _DATASET_REGISTRY:
         raise DatasetError(
             f"Unknown dataset source {prefix!r}{_closest(key)}; known prefixes: "
             f"{', '.join(list_prefixes())} (register your own with mixreplay.register_dataset)"
         )
-    return entry
+    return DatasetEntry(key, _DATASET_REGISTRY[key])
 
 
 def _closest(prefix: str) -> str:
@@ -211,9 +233,9 @@ def register_dataset(
         replace: allow replacing an existing prefix (built-ins included).
 
     Raises:
-        TypeError: ``prefix`` is not a string, or ``dataset`` is neither callable nor a string.
-        ValueError: a malformed prefix or ``"module:attribute"`` string.
-        PrefixExistsError: the prefix is registered and ``replace`` is false (a
+        TypeError: ``dataset`` is neither callable nor a string.
+        ValueError: a malformed prefix (or not a string) or ``"module:attribute"`` string.
+        DatasetPrefixTakenError: the prefix is registered and ``replace`` is false (a
             ``KeyError``, as TorchRL raises, and a ``ValueError``).
 
     Examples:
@@ -233,19 +255,20 @@ def register_dataset(
     if isinstance(dataset, str):
         if not _TARGET.fullmatch(dataset):
             raise ValueError(
-                f"a dataset given as a string must be 'module:attribute', got {dataset!r}"
+                f"a factory given as a string is 'module:attribute', got {dataset!r}; e.g. "
+                "'my_package.datasets:MyDataset'"
             )
     elif not callable(dataset):
         raise TypeError(
-            "dataset must be a Source class, a callable dataset factory or a 'module:attribute' "
-            f"string, got {describe(dataset)}"
+            f"factory must be callable, got {describe(dataset)}; pass a Source class, a function "
+            "returning a dataset, or a 'module:attribute' string naming one"
         )
-    if key in _REGISTRY and not replace:
-        raise PrefixExistsError(
-            f"Dataset source {key!r} is already registered ({_REGISTRY[key].describe()}); "
-            "pass replace=True to overwrite it"
+    if key in _DATASET_REGISTRY and not replace:
+        raise DatasetPrefixTakenError(
+            f"dataset prefix {key!r} is already registered; pass replace=True to override it "
+            f"(it opens {DatasetEntry(key, _DATASET_REGISTRY[key]).describe()})"
         )
-    _REGISTRY[key] = DatasetEntry(key, dataset)
+    _DATASET_REGISTRY[key] = dataset
 
 
 def _prefix_hint(text: str) -> str:
@@ -282,9 +305,9 @@ def parse_dataset_id(dataset_id: str) -> tuple[DatasetEntry, str]:
     prefix, sep, name = dataset_id.partition(":")
     if not sep or not prefix.strip():
         raise DatasetError(
-            "dataset_id must be prefixed with a source identifier, as '<prefix>:<name>' "
-            f"(e.g. 'minari:...' or 'd4rl:...'), got {dataset_id!r}{_prefix_hint(dataset_id)}; "
-            f"known prefixes: {', '.join(list_prefixes())}"
+            f"dataset ID {dataset_id!r} must be prefixed with its source: write it as "
+            f"'<prefix>:<name>' with a prefix among {', '.join(list_prefixes())}"
+            f"{_prefix_hint(dataset_id)}"
         )
     try:
         entry = get_entry(prefix)
@@ -330,13 +353,13 @@ def load_dataset(dataset_id: str, **kwargs: Any) -> Any:
 
 
 def _register_builtins() -> None:
-    from mixreplay.datasets.torchrl_sources import TORCHRL_DATASETS, TorchRLDataset
+    from mixreplay.datasets.torchrl_sources import TORCHRL_DATASETS
 
     register_dataset("d4rl", "mixreplay.datasets.d4rl:D4RLSource")
     register_dataset("memmap", "mixreplay.datasets.memmap:load_memmap")
     register_dataset("minari", "mixreplay.datasets.minari:MinariSource")
-    for prefix, target in TORCHRL_DATASETS.items():
-        register_dataset(prefix, TorchRLDataset(target))
+    for prefix, target in TORCHRL_DATASETS.items():  # lazy strings, as TorchRL registers them
+        register_dataset(prefix, target)
 
 
 _register_builtins()

@@ -78,6 +78,8 @@ class ForeignStorage(Storage):
         if len(self) == 0:
             raise EmptyBufferError("cannot read rows from a storage that holds none")
         td = self.inner.get(index)
+        if isinstance(td, (list, tuple)):  # TorchRL's ListStorage keeps one TensorDict per row
+            td = torch.stack(list(td))
         return td if self._schema is None else td.select(*self._schema.keys())
 
     def _empty_inner(self) -> None:

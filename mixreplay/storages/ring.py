@@ -36,6 +36,9 @@ __all__ = ["LazyMemmapStorage", "LazyTensorStorage", "TensorStorage"]
 
 log = logging.getLogger(__name__)
 
+#: writes of up to this many rows (environment steps) are packed into reused scratch rows
+_SMALL_WRITE = 32
+
 
 def _state_int(state: dict[str, Any], key: str, lo: int = 0) -> int:
     value = state.get(key)
@@ -82,6 +85,7 @@ class TensorStorage(PackedStorage):
         self._cursor = 0
         self._len = 0
         self._write_count = 0
+        self._scratch: tuple[RowLayout, torch.Tensor, dict[int, list[torch.Tensor]]] | None = None
 
     def __len__(self) -> int:
         return self._len
@@ -104,9 +108,7 @@ class TensorStorage(PackedStorage):
 
     def _pack(self, data: TensorDictBase, layout: RowLayout) -> torch.Tensor:
         """The rows of ``data`` as new packed words on this storage's device (validated whole)."""
-        with torch.no_grad():  # values are stored, never autograd history
-            words = layout.pack(data, device=self.device)
-        return words
+        return layout.pack(data, device=self.device)
 
     def extend(self, data: TensorDictBase) -> torch.Tensor:
         """Write the rows of ``data`` (batch ``[n]``) and return the slots written.
@@ -115,7 +117,15 @@ class TensorStorage(PackedStorage):
         (earlier ones would be overwritten within the same call anyway).
         """
         n = check_rows(data)
-        layout = self._layout or RowLayout(Schema.from_tensordict(data))
+        layout = self._layout
+        if layout is not None and n <= _SMALL_WRITE:
+            # An environment step: validate, then pack into reused scratch rows under the
+            # lock (no allocation, views made once), then commit.
+            leaves = layout.leaves_of(data)
+            with self.lock:
+                if self._layout is layout:
+                    return self._commit(self._pack_small(layout, leaves, n), n)
+        layout = layout or RowLayout(Schema.from_tensordict(data))
         words = self._pack(data, layout)  # raises before any stored byte changes
         with self.lock:
             if self._layout is None:
@@ -129,25 +139,50 @@ class TensorStorage(PackedStorage):
             elif self._layout is not layout:
                 # another thread fixed the schema first: these rows must fit it
                 words = self._pack(data, self._layout)
-            rows = self._rows
-            assert rows is not None
-            cap, start = self.max_size, self._cursor
-            index = torch.arange(start, start + n, device=self.device)
-            if start + n <= cap:
-                rows[start : start + n].copy_(words)
-            else:
-                index %= cap
-                skip = max(0, n - cap)  # rows overwritten within this very call
-                pos, src = (start + skip) % cap, skip
-                while src < n:
-                    m = min(n - src, cap - pos)
-                    rows[pos : pos + m].copy_(words[src : src + m])
-                    src += m
-                    pos = (pos + m) % cap
-            self._cursor = (start + n) % cap
-            self._len = min(cap, self._len + n)
-            self._write_count += n
+            return self._commit(words, n)
+
+    def _pack_small(self, layout: RowLayout, leaves: list[torch.Tensor], n: int) -> torch.Tensor:
+        """Pack ``n <= _SMALL_WRITE`` rows into the scratch rows (caller holds the lock)."""
+        scratch = self._scratch
+        if scratch is None or scratch[0] is not layout:
+            zeros = torch.zeros(
+                _SMALL_WRITE, layout.row_words, dtype=torch.int64, device=self.device
+            )
+            scratch = self._scratch = (layout, zeros, {})
+        views = scratch[2].get(n)
+        if views is None:
+            views = scratch[2][n] = layout.group_views(scratch[1][:n])
+        if any(v.requires_grad or v.device != self.device for v in leaves):
+            leaves = [v.detach().to(self.device) for v in leaves]
+        layout.write(leaves, views)  # padding is never written: it stays zero
+        return scratch[1][:n]
+
+    def _commit(self, words: torch.Tensor, n: int) -> torch.Tensor:
+        """Copy packed rows into the ring at the cursor (caller holds the lock)."""
+        rows = self._rows
+        assert rows is not None
+        cap, start = self.max_size, self._cursor
+        index = torch.arange(start, start + n, device=self.device)
+        if start + n <= cap:
+            rows[start : start + n].copy_(words)
+        else:
+            index %= cap
+            skip = max(0, n - cap)  # rows overwritten within this very call
+            pos, src = (start + skip) % cap, skip
+            while src < n:
+                m = min(n - src, cap - pos)
+                rows[pos : pos + m].copy_(words[src : src + m])
+                src += m
+                pos = (pos + m) % cap
+        self._cursor = (start + n) % cap
+        self._len = min(cap, self._len + n)
+        self._write_count += n
         return index
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_scratch"] = None
+        return state
 
     def empty(self) -> None:
         """Forget every row (the allocation and schema are kept)."""

@@ -332,11 +332,10 @@ class Ramp(Source):
 
 
 @pytest.fixture
-def registry(monkeypatch):
-    """The dataset registry, restored after the test (whatever it registers)."""
+def registry():
+    """The dataset registry module (the top-level autouse fixture restores it after each test)."""
     from mixreplay.datasets import registry as module
 
-    monkeypatch.setattr(module, "_REGISTRY", dict(module._REGISTRY))
     return module
 
 

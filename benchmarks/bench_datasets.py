@@ -3,6 +3,7 @@
     python benchmarks/bench_datasets.py                 # everything (~4 GB of scratch disk)
     python benchmarks/bench_datasets.py --skip-big      # without the 4 GB dataset
     python benchmarks/bench_datasets.py --quick         # tiny sizes, each figure once: a smoke test
+    python benchmarks/bench_datasets.py --skip-big --compare-with /path/to/other/checkout
 
 Every figure is measured in a fresh child process, so RSS deltas belong to the
 operation alone. Rows are Hopper-shaped: observation f32[11], action f32[3],
@@ -21,6 +22,11 @@ already in the page cache the kernel maps whole cached folios around each fault,
 so random sampling soon maps most of the file. It is memory the kernel can take
 back at any time (clean pages of a read-only mapping), not memory the process owns.
 Scratch files go to a temp dir (``--dir``) and are deleted at the end.
+
+``--compare-with DIR`` measures every conversion and cached open a second time with
+the mixreplay of another checkout (``PYTHONPATH=DIR``; e.g. a git worktree of an
+older commit), runs of the two alternating, and prints this tree's rate as a
+ratio of that one's: a before/after comparison from one run of one machine.
 """
 
 from __future__ import annotations
@@ -159,6 +165,8 @@ def child_open(dataset_id: str, samples: int, cold: bool = False) -> dict:
     from mixreplay import load_dataset
 
     t0 = time.perf_counter()
+    import mixreplay.datasets.cache  # noqa: F401  (the loader's modules, in every version)
+
     if dataset_id.startswith("d4rl:"):
         import mixreplay.datasets.d4rl  # noqa: F401  (a cache hit needs no h5py)
     elif dataset_id.startswith("minari:"):
@@ -254,6 +262,7 @@ CHILDREN = {
 
 
 def run_child(task: str, *args, env: dict | None = None) -> dict:
+    """Run ``task`` in a fresh process (``env`` overrides the environment, PYTHONPATH included)."""
     cmd = [sys.executable, __file__, "--child", task, json.dumps(args)]
     out = subprocess.run(
         cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, check=False
@@ -263,14 +272,33 @@ def run_child(task: str, *args, env: dict | None = None) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def best_of(repeat: int, task: str, *args, env: dict, fresh=None) -> dict:
-    """The fastest of ``repeat`` runs (the machine is shared: the best run is the steadiest figure)."""
-    runs = []
+def best_of(repeat: int, task: str, *args, env: dict, fresh=None, baseline=None) -> dict:
+    """The fastest of ``repeat`` runs (the machine is shared: the best run is the steadiest figure).
+
+    With ``baseline`` (an environment selecting another checkout), the same task runs
+    there too, alternating with this tree's runs; its best lands under ``"baseline"``.
+    """
+    runs, base = [], []
     for _ in range(repeat):
         if fresh is not None:
             fresh()
         runs.append(run_child(task, *args, env=env))
-    return min(runs, key=lambda r: r["seconds"])
+        if baseline is not None:
+            base.append(run_child(task, *args, env=baseline))
+    best = min(runs, key=lambda r: r["seconds"])
+    if base:
+        best = {**best, "baseline": min(base, key=lambda r: r["seconds"])}
+    return best
+
+
+def vs_baseline(r: dict, key: str = "rows_per_s") -> str:
+    """`` (baseline 1,000 rows/s; this tree 1.05×)`` or ``""``."""
+    b = r.get("baseline")
+    if not b:
+        return ""
+    if key == "open_s":
+        return f" (baseline {b['open_s'] * 1e3:.1f} ms; this tree {b['open_s'] / r['open_s']:.2f}× as fast)"
+    return f" (baseline {b[key]:,.0f} rows/s; this tree {r[key] / b[key]:.2f}×)"
 
 
 # -- the report ----------------------------------------------------------------------------------
@@ -295,6 +323,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="conversions: best of this many runs")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
     parser.add_argument(
+        "--compare-with",
+        metavar="DIR",
+        help="also measure conversions and opens with the mixreplay in DIR (another checkout)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="tiny sizes, every figure measured once (smoke test)"
     )
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
@@ -315,6 +348,14 @@ def main() -> None:
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }
     os.environ.update(env)
+    baseline = None
+    if args.compare_with:
+        baseline = {
+            **env,
+            "PYTHONPATH": str(Path(args.compare_with).resolve()),
+            "MIXREPLAY_DATA_DIR": str(scratch / "cache-baseline"),
+        }
+        env["PYTHONPATH"] = os.environ.get("PYTHONPATH") or str(Path(__file__).resolve().parents[1])
     results = []
     try:
         import torch
@@ -329,13 +370,16 @@ def main() -> None:
             for label, rows_, ep in (("Minari", n, 1000), ("Minari, short episodes", n, 100)):
                 dsid = f"bench/hopper-{ep}-v0"
                 write_minari(dsid, rows_, ep)
-                r = best_of(args.repeat, "convert", f"minari:{dsid}", {}, env=env)
+                r = best_of(
+                    args.repeat, "convert", f"minari:{dsid}", {}, env=env, baseline=baseline
+                )
                 line = {
                     "what": f"convert {label} ({rows_ // ep:,} episodes of {ep})",
                     "rows": r["rows"],
                     "time": r["seconds"],
                     "rate": r["rows_per_s"],
                     "peak": r["peak_growth"],
+                    "baseline": r.get("baseline"),
                 }
                 if not args.skip_peers:
                     try:
@@ -357,13 +401,14 @@ def main() -> None:
             for with_next in (True, False):
                 path = scratch / f"hopper-{'next' if with_next else 'nonext'}.hdf5"
                 write_d4rl_file(path, n, with_next=with_next)
-                r = best_of(args.repeat, "convert", f"d4rl:{path}", {}, env=env)
+                r = best_of(args.repeat, "convert", f"d4rl:{path}", {}, env=env, baseline=baseline)
                 line = {
                     "what": f"convert D4RL ({'with' if with_next else 'without'} next_observations)",
                     "rows": r["rows"],
                     "time": r["seconds"],
                     "rate": r["rows_per_s"],
                     "peak": r["peak_growth"],
+                    "baseline": r.get("baseline"),
                 }
                 results.append(line)
                 print(json.dumps(line), flush=True)
@@ -371,7 +416,7 @@ def main() -> None:
             # 2. a cached 1M-row dataset: convert once (timed too), then open it in fresh processes
             big_src = scratch / "hopper-1m.hdf5"
             write_d4rl_file(big_src, args.rows, with_next=True)
-            r = best_of(args.repeat, "convert", f"d4rl:{big_src}", {}, env=env)
+            r = best_of(args.repeat, "convert", f"d4rl:{big_src}", {}, env=env, baseline=baseline)
             results.append(
                 {
                     "what": f"convert D4RL, {args.rows:,} rows",
@@ -379,11 +424,17 @@ def main() -> None:
                     "time": r["seconds"],
                     "rate": r["rows_per_s"],
                     "peak": r["peak_growth"],
+                    "baseline": r.get("baseline"),
                 }
             )
             print(json.dumps(results[-1]), flush=True)
             opens = [run_child("open", f"d4rl:{big_src}", 1000, env=env) for _ in range(opens_n)]
             best = min(opens, key=lambda o: o["open_s"])
+            if baseline is not None:  # the baseline's cache: converted by the baseline above
+                base = [
+                    run_child("open", f"d4rl:{big_src}", 1000, env=baseline) for _ in range(opens_n)
+                ]
+                best["baseline"] = min(base, key=lambda o: o["open_s"])
             results.append(
                 {"what": f"open cached d4rl: ({args.rows:,} rows) + 1000 sample(256)", **best}
             )
@@ -472,10 +523,15 @@ def main() -> None:
                 if r.get("import_s", 0) > 0.005
                 else ""
             )
-            print(f"| {r['what']} | {r['rows']:,} | {r['open_s'] * 1e3:.1f} ms{imp} | | {mem} |")
-        else:
             print(
-                f"| {r['what']} | {r['rows']:,} | {r['time']:.2f} s | {r['rate']:,.0f} | peak RSS +{mb(r['peak'])} |"
+                f"| {r['what']} | {r['rows']:,} | {r['open_s'] * 1e3:.1f} ms{imp}"
+                f"{vs_baseline(r, 'open_s')} | | {mem} |"
+            )
+        else:
+            base = {"rows_per_s": r["rate"], "baseline": r["baseline"]} if r.get("baseline") else {}
+            print(
+                f"| {r['what']} | {r['rows']:,} | {r['time']:.2f} s | {r['rate']:,.0f}"
+                f"{vs_baseline(base)} | peak RSS +{mb(r['peak'])} |"
             )
             if "peer" in r:
                 p = r["peer"]

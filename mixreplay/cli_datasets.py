@@ -1,63 +1,89 @@
-"""``mixreplay inspect <id>`` and ``mixreplay convert <id> <dir>``.
+"""``mixreplay inspect``, ``mixreplay convert`` and ``mixreplay cache list|clean``.
 
-``inspect`` opens any dataset ID (converting a ``minari:`` or ``d4rl:`` source
-into the cache on first use, with a progress bar) and prints its rows, episodes,
-schema, size on disk and per-episode return statistics. ``convert`` writes the
-rows of any dataset ID into a new directory in mixreplay's memmap format,
-readable as ``memmap:<dir>``.
+``inspect`` opens any dataset ID (converting a source such as ``minari:`` or
+``d4rl:`` into the cache on first use, and downloading a missing D4RL file, with
+progress bars) and prints its rows, episodes, schema, size on disk and
+per-episode return statistics. ``convert`` writes the rows of any dataset ID into
+a new directory in mixreplay's memmap format, readable as ``memmap:<dir>``.
+``cache list`` shows the dataset cache (``$MIXREPLAY_DATA_DIR``, one entry per
+source and variant) and ``cache clean`` frees it.
+
+Every prefix, and what each loader option means for it, comes from the dataset
+registry (:mod:`mixreplay.datasets.registry`): a prefix added with
+``register_dataset`` is inspected and converted like a built-in one.
+
+How :mod:`mixreplay.cli` plugs these in: ``add_dataset_parsers(subparsers)`` adds
+``inspect`` and ``convert``, ``add_cache_parser(subparsers)`` adds ``cache``; each
+sets ``func`` to a ``run_*(args) -> int``. A user's mistake (a bad ID, an unknown
+prefix, a missing file or extra, an option the prefix does not take) is *raised*
+as :class:`~mixreplay.errors.DatasetError` (:class:`~mixreplay.errors.DatasetNotFoundError`),
+:class:`~mixreplay.errors.MissingDependencyError` or ``FileExistsError``, with a
+one-line message; the ``mixreplay`` command prints it and exits with status 2.
+This module imports only the standard library at import time, so ``--help`` is fast.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-import torch
+from mixreplay.errors import DatasetError
 
-from mixreplay.errors import MixreplayError
-from mixreplay.schema import format_key
-
-__all__ = ["add_dataset_parsers", "describe_dataset", "episode_returns"]
-
-log = logging.getLogger(__name__)
-
-_CONVERTIBLE = ("minari", "d4rl")
+__all__ = [
+    "add_cache_parser",
+    "add_dataset_parsers",
+    "describe_dataset",
+    "episode_returns",
+    "run_cache_clean",
+    "run_cache_list",
+    "run_convert",
+    "run_inspect",
+]
 
 
 class _Progress:
-    """A tqdm bar created on the first converted chunk (nothing is shown on a cache hit)."""
+    """A tqdm bar created on the first chunk (nothing is shown on a cache hit)."""
 
-    def __init__(self, desc: str):
-        self.desc = desc
+    def __init__(self, desc: str, unit: str = "rows"):
+        self.desc, self.unit = desc, unit
         self.total: int | None = None
-        self.bar = None  # None: not started; False: no tqdm
+        self.bar: Any = None  # None: not started; False: no tqdm
 
     def set_total(self, total: int) -> None:
         self.total = total
+        if self.bar:
+            self.bar.total = total
+            self.bar.refresh()
 
-    def __call__(self, rows: int) -> None:
+    def reset(self) -> None:
+        if self.bar:
+            self.bar.reset(total=self.total)
+
+    def __call__(self, n: int) -> None:
         if self.bar is None:
             try:
                 from tqdm import tqdm
-            except ImportError:  # tqdm is optional: convert silently
+            except ImportError:  # tqdm is optional: no bar
                 self.bar = False
             else:
                 self.bar = tqdm(
                     total=self.total,
-                    unit="rows",
+                    unit="B" if self.unit == "bytes" else self.unit,
                     unit_scale=True,
+                    unit_divisor=1024 if self.unit == "bytes" else 1000,
                     desc=self.desc,
                     file=sys.stderr,
                     leave=False,
                 )
-        if self.bar is not False:
-            self.bar.update(rows)
+        if self.bar:
+            self.bar.update(n)
 
     def close(self) -> None:
-        if self.bar is not None and self.bar is not False:
+        if self.bar:
             self.bar.close()
 
 
@@ -66,7 +92,7 @@ def _parse_key(text: str) -> str | tuple[str, ...]:
     return parts[0] if len(parts) == 1 else parts
 
 
-def _parse_rename(text: str) -> tuple:
+def _parse_rename(text: str) -> tuple[Any, Any]:
     old, sep, new = text.partition("=")
     if not sep or not old or not new:
         raise argparse.ArgumentTypeError(
@@ -75,16 +101,42 @@ def _parse_rename(text: str) -> tuple:
     return _parse_key(old), _parse_key(new)
 
 
+def _days(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of days, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number of days >= 0, got {text}")
+    return value
+
+
+#: command-line flag -> (argparse dest, the loader keyword it sets)
+_FLAGS = {
+    "--download/--no-download": ("download", "download"),
+    "--keep-infos": ("keep_infos", "keep_infos"),
+    "--keys": ("keys", "keys"),
+    "--rename": ("rename", "rename"),
+    "--dtype": ("dtype", "dtype"),
+    "--refresh": ("refresh", "refresh"),
+}
+
+
 def _add_loader_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("loader options (minari: and d4rl: IDs)")
+    group = parser.add_argument_group(
+        "loader options (each applies to the prefixes whose loader takes it)"
+    )
     group.add_argument(
         "--download",
-        action="store_true",
-        help="minari: let Minari download a dataset missing locally",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="download a dataset missing locally, or never (default: the loader's: d4rl: "
+        "downloads, minari: does not)",
     )
     group.add_argument(
         "--keep-infos",
         action="store_true",
+        default=None,
         help="keep step infos (minari: next.info.*, d4rl: info.*)",
     )
     group.add_argument(
@@ -105,53 +157,38 @@ def _add_loader_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _loader_kwargs(args: argparse.Namespace) -> dict:
-    """The loader options given on the command line.
+def _loader_kwargs(args: argparse.Namespace, entry: Any) -> dict[str, Any]:
+    """The loader keywords the command line sets, each checked against the prefix's loader.
 
     Raises:
-        ValueError: an option the ID's loader does not take.
+        DatasetError: an option the prefix's loader does not take.
     """
-    prefix = args.dataset_id.partition(":")[0]
-    given = [
-        name
-        for name, flag in (
-            ("--download", args.download),
-            ("--keep-infos", args.keep_infos),
-            ("--keys", args.keys),
-            ("--rename", args.rename),
-            ("--dtype", args.dtype is not None),
-        )
-        if flag
-    ]
-    if given and prefix not in _CONVERTIBLE:
-        raise ValueError(
-            f"{', '.join(given)} apply to minari: and d4rl: IDs only, not to {prefix}: IDs"
-        )
-    if args.download and prefix != "minari":
-        raise ValueError(
-            "--download applies to minari: IDs only (mixreplay never downloads D4RL files)"
-        )
-    kwargs: dict = {}
-    if args.download:
-        kwargs["download"] = True
-    if args.keep_infos:
-        kwargs["keep_infos"] = True
-    if args.keys:
-        kwargs["keys"] = args.keys
-    if args.rename:
-        kwargs["rename"] = dict(args.rename)
-    if args.dtype is not None:
-        kwargs["dtype"] = None if args.dtype.lower() in ("keep", "none") else args.dtype
+    kwargs: dict[str, Any] = {}
+    for flag, (dest, keyword) in _FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is None or value is False and dest != "download":
+            continue
+        if not entry.accepts(keyword):
+            shown = flag.split("/")[0 if value is not False else 1]
+            raise DatasetError(
+                f"{shown} does not apply to {entry.prefix}: IDs (their loader, "
+                f"{entry.describe()}, takes no {keyword!r} option)"
+            )
+        if dest == "rename":
+            value = dict(value)
+        elif dest == "dtype":
+            value = None if value.lower() in ("keep", "none") else value
+        kwargs[keyword] = value
     return kwargs
 
 
-def add_dataset_parsers(subparsers) -> None:
+def add_dataset_parsers(subparsers: Any) -> None:
     """Add ``inspect`` and ``convert`` to the ``mixreplay`` command's subparsers."""
     inspect = subparsers.add_parser(
         "inspect",
         help="print a dataset's rows, episodes, schema, size on disk and returns",
-        description="Open a dataset ID (converting minari:/d4rl: sources into the cache on first use) "
-        "and describe it.",
+        description="Open a dataset ID (converting a minari:/d4rl: source into the cache on "
+        "first use, downloading a missing D4RL file) and describe it.",
     )
     inspect.add_argument(
         "dataset_id", help="e.g. minari:mujoco/hopper/expert-v0, d4rl:hopper-medium-v2, memmap:DIR"
@@ -171,28 +208,116 @@ def add_dataset_parsers(subparsers) -> None:
         "dataset_id", help="e.g. minari:mujoco/hopper/expert-v0, d4rl:/data/hopper.hdf5"
     )
     convert.add_argument("dest", help="the directory to create")
-    convert.add_argument("--overwrite", action="store_true", help="replace DEST if it exists")
+    convert.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace DEST if it holds a mixreplay dataset (anything else is never replaced)",
+    )
     _add_loader_options(convert)
     convert.set_defaults(func=run_convert)
 
 
-def _fail(message: str) -> int:
-    print(f"mixreplay: error: {message}", file=sys.stderr)
-    return 1
+def add_cache_parser(subparsers: Any) -> None:
+    """Add ``cache`` (``list`` and ``clean``) to the ``mixreplay`` command's subparsers."""
+    cache = subparsers.add_parser(
+        "cache",
+        help="list or clean the dataset cache ($MIXREPLAY_DATA_DIR)",
+        description="The dataset cache holds one converted copy per source and variant "
+        "(--dtype, --keys, ...), under $MIXREPLAY_DATA_DIR (default ~/.cache/mixreplay).",
+    )
+    actions = cache.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
+    listing = actions.add_parser(
+        "list", help="show each entry: source ID, variant, rows, size, last used"
+    )
+    listing.add_argument("--cache-dir", help="the cache root (default: $MIXREPLAY_DATA_DIR)")
+    listing.set_defaults(func=run_cache_list)
+    clean = actions.add_parser(
+        "clean",
+        help="remove entries: all, by ID, or last used more than N days ago",
+        description="Remove cache entries (never anything that is not a mixreplay cache "
+        "entry). Say which: --all, one or more IDs, and/or --older-than DAYS.",
+    )
+    clean.add_argument(
+        "ids",
+        nargs="*",
+        metavar="ID",
+        help="a source ID as listed (minari:..., d4rl:NAME or its file), an entry's "
+        "directory name, or a prefix ('d4rl:')",
+    )
+    clean.add_argument(
+        "--older-than", type=_days, metavar="DAYS", help="entries last used over DAYS days ago"
+    )
+    clean.add_argument("--all", action="store_true", help="every entry")
+    clean.add_argument("--dry-run", action="store_true", help="show what would be removed")
+    clean.add_argument("--cache-dir", help="the cache root (default: $MIXREPLAY_DATA_DIR)")
+    clean.set_defaults(func=run_cache_clean)
 
 
 # -- inspect -------------------------------------------------------------------------------------
 
 
-def episode_returns(ds, reward_key=("next", "reward"), chunk: int = 1 << 20) -> torch.Tensor:
+def _column(ds: Any, key: tuple[str, ...], a: int, b: int) -> Any:
+    storage = getattr(ds, "storage", None)
+    column = getattr(storage, "column", None)
+    if callable(column):
+        return column(key)[a:b]
+    return ds[a:b].get(key)
+
+
+def _episode_starts(ds: Any, chunk: int = 1 << 20) -> Any:
+    """``ds.episode_starts``, or where ``("next", "done")`` ends each episode, or None."""
+    import torch
+
+    starts = getattr(ds, "episode_starts", None)
+    if isinstance(starts, torch.Tensor):
+        return starts
+    n = len(ds)
+    if n == 0 or ("next", "done") not in _schema(ds):
+        return None
+    ends = [
+        torch.nonzero(_column(ds, ("next", "done"), a, min(n, a + chunk)).reshape(-1)).reshape(-1)
+        + a
+        for a in range(0, n, chunk)
+    ]
+    after = torch.cat(ends) + 1
+    return torch.cat([torch.zeros(1, dtype=torch.int64), after[after < n]])
+
+
+def _schema(ds: Any) -> dict[tuple[str, ...], tuple[list[int], str]]:
+    """``{key: (shape, dtype)}`` of the rows."""
+    schema = getattr(ds, "schema", None)
+    if schema is not None and hasattr(schema, "items"):
+        return {k: (list(f.shape), str(f.dtype).removeprefix("torch.")) for k, f in schema.items()}
+    if len(ds) == 0:
+        return {}
+    first = ds[0:1]
+    return {
+        (k,) if isinstance(k, str) else tuple(k): (
+            list(v.shape[1:]),
+            str(v.dtype).removeprefix("torch."),
+        )
+        for k, v in first.items(include_nested=True, leaves_only=True)
+    }
+
+
+def episode_returns(ds: Any, reward_key=("next", "reward"), chunk: int = 1 << 20) -> Any:
     """The return (sum of rewards, float64) of every episode of ``ds``, read chunk by chunk."""
-    rewards = ds.storage.column(reward_key)
-    ids = ds.episode_ids
-    out = torch.zeros(max(1, ds.num_episodes), dtype=torch.float64)
-    for a in range(0, len(ds), chunk):
-        r = rewards[a : a + chunk].to(torch.float64).reshape(min(chunk, len(ds) - a), -1).sum(-1)
-        out.index_add_(0, ids[a : a + chunk], r)
-    return out[: ds.num_episodes]
+    import torch
+
+    starts = _episode_starts(ds)
+    n = len(ds)
+    if starts is None:
+        starts = torch.zeros(1 if n else 0, dtype=torch.int64)
+    ids = torch.zeros(n, dtype=torch.int64)
+    if starts.numel() > 1:
+        ids[starts[1:]] = 1
+        ids = ids.cumsum(0)
+    out = torch.zeros(max(1, int(starts.numel())), dtype=torch.float64)
+    for a in range(0, n, chunk):
+        b = min(n, a + chunk)
+        r = _column(ds, tuple(reward_key), a, b).to(torch.float64).reshape(b - a, -1).sum(-1)
+        out.index_add_(0, ids[a:b], r)
+    return out[: int(starts.numel())]
 
 
 def _size(path: Path | None) -> int | None:
@@ -209,16 +334,24 @@ def _human(n: float) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-def describe_dataset(ds, dataset_id: str | None = None) -> str:
-    """A text report of a dataset: rows, episodes, schema, size on disk, returns."""
+def describe_dataset(ds: Any, dataset_id: str | None = None) -> str:
+    """A text report of a dataset: rows, episodes, schema, size on disk, returns.
+
+    Reads a mixreplay dataset column by column, and anything else that has ``len()``
+    and row slices (``ds[a:b]``, e.g. a TorchRL dataset) slice by slice.
+    """
     lines = []
     if dataset_id:
         lines.append(f"dataset       {dataset_id}")
     path = getattr(ds, "path", None)
-    if path is not None:
+    if isinstance(path, Path):
         lines.append(f"path          {path}")
+    else:
+        path = None
     n = len(ds)
-    episodes = getattr(ds, "num_episodes", None)
+    schema = _schema(ds)
+    starts = _episode_starts(ds)
+    episodes = None if starts is None else int(starts.numel())
     lines.append(f"rows          {n:,}")
     if episodes is not None:
         lines.append(f"episodes      {episodes:,}")
@@ -227,18 +360,15 @@ def describe_dataset(ds, dataset_id: str | None = None) -> str:
     size = _size(path)
     if size is not None:
         lines.append(f"size on disk  {_human(size)} ({size:,} bytes; {row_bytes} bytes per row)")
-    else:
+    elif row_bytes:
         lines.append(f"size          {_human(n * row_bytes)} in memory ({row_bytes} bytes per row)")
-    schema = ds.schema
-    if schema is not None:
-        width = max([len("key")] + [len(format_key(k)) for k in schema])
+    if schema:
+        width = max([len("key")] + [len(_format_key(k)) for k in schema])
         lines.append("schema")
         lines.append(f"  {'key':<{width}}  {'shape':<10} dtype")
-        for key, f in schema.items():
-            lines.append(
-                f"  {format_key(key):<{width}}  {str(list(f.shape)):<10} {str(f.dtype).removeprefix('torch.')}"
-            )
-    if schema is not None and ("next", "reward") in schema and episodes:
+        for key, (shape, dtype) in schema.items():
+            lines.append(f"  {_format_key(key):<{width}}  {str(shape):<10} {dtype}")
+    if ("next", "reward") in schema and episodes:
         returns = episode_returns(ds)
         std = returns.std().item() if returns.numel() > 1 else 0.0
         lines.append(
@@ -248,7 +378,11 @@ def describe_dataset(ds, dataset_id: str | None = None) -> str:
         ends = []
         for flag in ("terminated", "truncated"):
             if ("next", flag) in schema:
-                ends.append(f"{int(ds.storage.column(('next', flag)).sum()):,} {flag}")
+                count = sum(
+                    int(_column(ds, ("next", flag), a, min(n, a + (1 << 20))).sum())
+                    for a in range(0, n, 1 << 20)
+                )
+                ends.append(f"{count:,} {flag}")
         if ends:
             lines.append(f"episode ends  {', '.join(ends)} (rows with the flag set)")
     else:
@@ -256,28 +390,39 @@ def describe_dataset(ds, dataset_id: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def run_inspect(args: argparse.Namespace) -> int:
-    from mixreplay.datasets import load_dataset
+def _format_key(key: tuple[str, ...]) -> str:
+    return repr(key[0]) if len(key) == 1 else repr(key)
 
-    try:
-        kwargs = _loader_kwargs(args)
-    except ValueError as err:
-        return _fail(str(err))
-    prefix = args.dataset_id.partition(":")[0]
-    bar = _Progress(f"converting {args.dataset_id}")
-    if prefix in _CONVERTIBLE:
+
+def _with_progress(entry: Any, dataset_id: str, kwargs: dict[str, Any]) -> list[_Progress]:
+    """Progress bars for what the prefix's loader reports (conversion rows, download bytes)."""
+    bars = []
+    if entry.accepts("progress"):
+        bar = _Progress(f"converting {dataset_id}")
         kwargs["progress"] = bar
-        if args.refresh:
-            kwargs["refresh"] = True
+        bars.append(bar)
+    if entry.accepts("download_progress"):
+        bar = _Progress(f"downloading {dataset_id}", unit="bytes")
+        kwargs["download_progress"] = bar
+        bars.append(bar)
+    return bars
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    from mixreplay.datasets import parse_dataset_id
+
+    entry, name = parse_dataset_id(args.dataset_id)
+    kwargs = _loader_kwargs(args, entry)
+    bars = _with_progress(entry, args.dataset_id, kwargs)
     try:
-        ds = load_dataset(args.dataset_id, **kwargs)
-    except (MixreplayError, TypeError) as err:
-        return _fail(str(err))
+        ds = entry.open(name, **kwargs)
     finally:
-        bar.close()
-    if not hasattr(ds, "schema") or not hasattr(getattr(ds, "storage", None), "column"):
-        return _fail(
-            f"{args.dataset_id} is a {type(ds).__name__}, which inspect cannot read row by row"
+        for bar in bars:
+            bar.close()
+    if not hasattr(ds, "__len__") or not hasattr(ds, "__getitem__"):
+        raise DatasetError(
+            f"{args.dataset_id} opened as a {type(ds).__name__}, which has no len() and row "
+            "slices (ds[a:b]) to inspect"
         )
     print(describe_dataset(ds, args.dataset_id))
     return 0
@@ -286,68 +431,152 @@ def run_inspect(args: argparse.Namespace) -> int:
 # -- convert -------------------------------------------------------------------------------------
 
 
-def _source(prefix: str, rest: str, kwargs: dict):
-    from mixreplay.datasets.transforms import RowPolicy
+def _check_dest(dest: Path, overwrite: bool) -> None:
+    """Refuse a destination that exists (without --overwrite) or that is not a dataset."""
+    from mixreplay.datasets.memmap import FORMAT
 
-    policy = RowPolicy(
-        keys=kwargs.pop("keys", None),
-        rename=kwargs.pop("rename", None),
-        dtype=kwargs.pop("dtype", "float32"),
+    if not dest.exists() and not dest.is_symlink():
+        return
+    if not overwrite:
+        raise FileExistsError(f"{dest} exists; pass --overwrite to replace it")
+    if dest.is_dir() and (not any(dest.iterdir()) or FORMAT.owns(dest)):
+        return
+    raise DatasetError(
+        f"{dest} exists and is not a mixreplay dataset: --overwrite replaces only a dataset "
+        "that mixreplay wrote, never other files; choose another DEST or remove it first"
     )
-    if prefix == "minari":
-        from mixreplay.datasets.minari import MinariSource
-
-        return MinariSource(rest, policy=policy, **kwargs)
-    from mixreplay.datasets.d4rl import D4RLSource
-
-    return D4RLSource(rest, policy=policy, **kwargs)
 
 
-def _rows_of(ds, chunk: int = 1 << 16):
+def _rows_of(ds: Any, chunk: int = 1 << 16) -> Iterator[Any]:
+    from tensordict import TensorDictBase
+
     for a in range(0, len(ds), chunk):
-        yield ds[a : min(len(ds), a + chunk)]
+        rows = ds[a : min(len(ds), a + chunk)]
+        if not isinstance(rows, TensorDictBase):
+            raise DatasetError(
+                f"rows of a {type(ds).__name__} come as {type(rows).__name__}, not TensorDicts; "
+                "convert copies TensorDict rows"
+            )
+        yield rows
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from mixreplay.datasets import load_dataset
+    from mixreplay.datasets import parse_dataset_id
     from mixreplay.datasets.cache import convert
     from mixreplay.datasets.memmap import read_metadata, write_memmap_dataset
 
     dest = Path(args.dest).expanduser()
-    if dest.exists() and not args.overwrite:
-        return _fail(f"{dest} exists; pass --overwrite to replace it")
-    try:
-        kwargs = _loader_kwargs(args)
-    except ValueError as err:
-        return _fail(str(err))
-    prefix, _, rest = args.dataset_id.partition(":")
-    bar = _Progress(f"converting {args.dataset_id}")
+    _check_dest(dest, args.overwrite)
+    entry, name = parse_dataset_id(args.dataset_id)
+    kwargs = _loader_kwargs(args, entry)
     t0 = time.perf_counter()
+    bars = _with_progress(entry, args.dataset_id, kwargs)
     try:
-        if prefix in _CONVERTIBLE and rest:
-            convert(_source(prefix, rest, kwargs), dest, overwrite=args.overwrite, progress=bar)
-        else:
-            ds = load_dataset(args.dataset_id, **kwargs)
-            if len(ds) == 0:
-                return _fail(f"{args.dataset_id} holds no rows")
+        if entry.converts:  # stream the source straight into DEST
+            progress = kwargs.pop("progress")
+            source = entry.source(name, **kwargs)
+            convert(source, dest, overwrite=args.overwrite, progress=progress)
+        else:  # open it, then copy its rows
+            ds = entry.open(name, **kwargs)
+            if not hasattr(ds, "__len__") or len(ds) == 0:
+                raise DatasetError(f"{args.dataset_id} holds no rows to convert")
+            bar = _Progress(f"converting {args.dataset_id}")
+            bars.append(bar)
             bar.set_total(len(ds))
             write_memmap_dataset(
                 dest,
                 _rows_of(ds),
-                episode_starts=getattr(ds, "episode_starts", None),
+                episode_starts=_episode_starts(ds),
                 source_id=args.dataset_id,
                 source_fingerprint=getattr(ds, "fingerprint", None),
                 overwrite=args.overwrite,
                 progress=bar,
             )
-    except (MixreplayError, TypeError, FileExistsError) as err:
-        return _fail(str(err))
     finally:
-        bar.close()
+        for bar in bars:
+            bar.close()
     meta = read_metadata(dest)
     size = _size(dest) or 0
     print(
         f"wrote {meta['rows']:,} rows in {meta['episodes']:,} episodes to {dest} "
         f"({_human(size)}) in {time.perf_counter() - t0:.2f} s; open it with load_dataset('memmap:{dest}')"
     )
+    return 0
+
+
+# -- cache ---------------------------------------------------------------------------------------
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 120:
+        return "just now"
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= 2 * size or unit == "minutes":
+            return f"{seconds / size:.0f} {unit} ago"
+    return "just now"  # pragma: no cover
+
+
+def _root(args: argparse.Namespace) -> Path:
+    from mixreplay.datasets.cache import data_root
+
+    return Path(args.cache_dir).expanduser() if args.cache_dir else data_root()
+
+
+def run_cache_list(args: argparse.Namespace) -> int:
+    from mixreplay.datasets.cache import list_cache
+
+    root = _root(args)
+    entries = list_cache(root)
+    if not entries:
+        print(f"the dataset cache at {root} is empty")
+        return 0
+    now = time.time()
+    rows = [
+        (
+            e.source_id or f"(damaged: {e.damaged})",
+            e.variant,
+            "?" if e.rows is None else f"{e.rows:,}",
+            _human(e.size),
+            _ago(now - e.last_used),
+            e.path.name,
+        )
+        for e in entries
+    ]
+    head = ("source", "variant", "rows", "size", "last used", "entry")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    print(f"dataset cache at {root}:")
+    for r in [head, *rows]:
+        print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    total = sum(e.size for e in entries)
+    print(f"{len(entries)} entries, {_human(total)}; free space with: mixreplay cache clean")
+    return 0
+
+
+def run_cache_clean(args: argparse.Namespace) -> int:
+    from mixreplay.datasets.cache import CacheEntry, clean_cache, older_than
+
+    if not (args.all or args.ids or args.older_than is not None):
+        raise DatasetError(
+            "say which cache entries to remove: --all, one or more IDs (as 'mixreplay cache "
+            "list' shows them), and/or --older-than DAYS"
+        )
+    old = None if args.older_than is None else older_than(args.older_than)
+
+    def select(entry: CacheEntry) -> bool:
+        if args.ids and not any(entry.matches(i) for i in args.ids):
+            return False
+        return old is None or old(entry)
+
+    root = _root(args)
+    removed = clean_cache(root, select=select, dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for e in removed:
+        print(f"{verb} {e.source_id or e.path.name} ({e.variant}, {_human(e.size)})")
+    if args.ids and not removed and args.older_than is None:
+        raise DatasetError(
+            f"no cache entry in {root} matches {', '.join(map(repr, args.ids))}; see "
+            "'mixreplay cache list'"
+        )
+    freed = sum(e.size for e in removed)
+    print(f"{verb} {len(removed)} entries, {_human(freed)} from {root}")
     return 0

@@ -40,6 +40,18 @@ def _isolated_roots(tmp_path_factory, monkeypatch):
     monkeypatch.chdir(root)  # MuJoCo writes MUJOCO_LOG.TXT into the working directory
 
 
+@pytest.fixture(autouse=True)
+def _restored_dataset_registry():
+    """Whatever a test registers with register_dataset is forgotten after it (in place: the
+    registry dict is TorchRL's ``_DATASET_REGISTRY`` name, which code may hold a reference to)."""
+    from mixreplay.datasets.registry import _DATASET_REGISTRY
+
+    saved = dict(_DATASET_REGISTRY)
+    yield
+    _DATASET_REGISTRY.clear()
+    _DATASET_REGISTRY.update(saved)
+
+
 def ted_rows(
     n: int, tag: float = 0.0, *, obs_dim: int = 3, act_dim: int = 2, seed: int = 0
 ) -> TensorDict:

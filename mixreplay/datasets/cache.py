@@ -1,58 +1,66 @@
 """Convert a foreign dataset once into the memmap format, then reopen the cached copy.
 
-The first ``load_dataset("minari:...")`` or ``"d4rl:..."`` streams the source,
-chunk by chunk and episode by episode, through
+The first ``load_dataset("minari:...")`` or ``"d4rl:..."`` (any prefix registered
+with a :class:`~mixreplay.datasets.source.Source`) streams the source, chunk by
+chunk and episode by episode, through
 :func:`~mixreplay.datasets.memmap.write_memmap_dataset` into a directory under
 the cache root; later loads only ``stat`` the source files and map the cache.
 
 - Cache root: ``$MIXREPLAY_DATA_DIR``, default ``~/.cache/mixreplay``; a loader's
-  ``cache_dir=`` overrides it.
-- Cache directory: ``<root>/datasets/<prefix>/<name>-<key>``, where ``<key>``
+  ``cache_dir=`` (TorchRL's ``root=``) overrides it.
+- Cache entry: ``<root>/datasets/<prefix>/<slug>-<key>``, where ``<key>``
   hashes the source's identity and every option that changes the rows
   (``keys``, ``rename``, ``dtype``, ``keep_infos``): each variant has its own copy.
 - Fingerprint: the sizes and modification times of the source files, the same
-  options and the converter version. It is stored in the cache's metadata; a
-  mismatch (the source changed) converts again.
+  options and the converter version. It is stored in the entry's metadata; a
+  mismatch (the source changed) converts again. A damaged entry (unreadable
+  metadata, a missing or truncated file, bad episode starts) is logged and
+  converted again.
 
-A converting process holds a lock file beside the cache directory (on POSIX),
-so two processes that load the same new dataset convert it once.
+A cache hit writes nothing but the entry's "last used" time (best effort), so a
+cache on a read-only filesystem serves its current entries. A converting process
+holds a lock file beside the entry (on POSIX), so two processes that load the
+same new dataset convert it once. :func:`list_cache` and :func:`clean_cache`
+(``mixreplay cache list|clean``) show and free the cache, entry by entry.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
+import errno
 import logging
 import os
 import re
+import shutil
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-
-from tensordict import TensorDictBase
+from typing import Any
 
 from mixreplay.buffers.offline import OfflineDataset
-from mixreplay.datasets.memmap import load_memmap, read_metadata, write_memmap_dataset
+from mixreplay.datasets.memmap import FORMAT, load_memmap, read_metadata, write_memmap_dataset
+from mixreplay.datasets.source import CONVERTER_VERSION, Source, digest
 from mixreplay.errors import DatasetError
 
 __all__ = [
-    "CONVERTER_VERSION",
-    "Source",
+    "CacheEntry",
     "cache_path",
+    "clean_cache",
     "convert",
     "data_root",
-    "files_fingerprint",
+    "list_cache",
     "load_cached",
+    "older_than",
 ]
 
 log = logging.getLogger(__name__)
 
-#: Bumped whenever a loader would produce different rows from the same source:
-#: every cache written by an older converter is then converted again.
-CONVERTER_VERSION = 1
-
 Progress = Callable[[int], None]
+
+#: the files a cache entry holds (a damaged entry holds a subset of them)
+_ENTRY_FILES = frozenset({"metadata.json", "rows.bin", "episodes.bin"})
+_ENTRY_NAME = re.compile(r".+-[0-9a-f]{16}")
 
 
 def data_root() -> Path:
@@ -61,74 +69,38 @@ def data_root() -> Path:
     return Path(root).expanduser() if root else Path("~/.cache/mixreplay").expanduser()
 
 
-def _digest(obj) -> str:
-    return hashlib.blake2b(json.dumps(obj, sort_keys=True).encode(), digest_size=8).hexdigest()
-
-
-def files_fingerprint(paths: Iterable[Path], options: dict) -> str:
-    """A cheap fingerprint: relative path, size and mtime (ns) of each file, plus ``options``."""
-    entries = []
-    for p in sorted(Path(p) for p in paths):
-        st = p.stat()
-        entries.append([str(p), st.st_size, st.st_mtime_ns])
-    return _digest({"files": entries, "options": options, "converter": CONVERTER_VERSION})
-
-
-class Source:
-    """A dataset that can be converted: what a loader hands to :func:`load_cached`.
-
-    Subclasses set :attr:`prefix`, :attr:`name` and :attr:`options` and implement
-    :meth:`files`, :meth:`rows_hint` and :meth:`read`.
-    """
-
-    #: the registry prefix, e.g. ``"minari"``
-    prefix: str
-    #: the rest of the ID (``"test/pendulum-v0"``) or the resolved file
-    name: str
-    #: every option that changes the rows, JSON-able (part of the cache key)
-    options: dict
-
-    @property
-    def source_id(self) -> str:
-        return f"{self.prefix}:{self.name}"
-
-    def files(self) -> Sequence[Path]:
-        """The files whose sizes and mtimes fingerprint the source."""
-        raise NotImplementedError
-
-    def rows_hint(self) -> int | None:
-        """Rows in the source (for a progress bar), if cheap to know."""
-        return None
-
-    def read(self) -> tuple[Iterator[TensorDictBase], list[int], dict]:
-        """``(chunks, episode_starts, info)``: ``[n]`` TED chunks in order, the first
-        converted row of each episode, and JSON-able facts kept in the metadata."""
-        raise NotImplementedError
-
-    def fingerprint(self) -> str:
-        return files_fingerprint(self.files(), self.options)
-
-
 def cache_path(source: Source, cache_dir: str | os.PathLike | None = None) -> Path:
     """Where ``source``, converted under its options, lives in the cache."""
     root = Path(cache_dir).expanduser() if cache_dir is not None else data_root()
-    # d4rl names are resolved file paths: the file's stem is name enough (the key hashes the path)
-    slug = re.sub(
-        r"[^A-Za-z0-9_.-]+", "_", Path(source.name).stem if source.prefix == "d4rl" else source.name
-    )
-    key = _digest({"source": source.source_id, "options": source.options})
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", source.slug())
+    key = digest({"source": source.source_id, "options": source.options})
     return root / "datasets" / source.prefix / f"{slug.strip('_.') or 'dataset'}-{key}"
 
 
+def _lock_file(path: Path) -> Path:
+    return path.parent / f".{path.name}.lock"
+
+
 @contextlib.contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _locked(path: Path) -> Iterator[None]:
+    """Hold the entry's lock (POSIX ``flock``): one converting process per entry."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows: no cross-process lock
         yield
         return
-    with open(path.parent / f".{path.name}.lock", "a") as f:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(_lock_file(path), "a")  # noqa: SIM115 - closed below
+    except OSError as err:
+        if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise DatasetError(
+                f"cannot convert into the dataset cache at {path.parent}: {err.strerror} "
+                "(the cache is read-only); set MIXREPLAY_DATA_DIR or pass cache_dir= to a "
+                "writable directory"
+            ) from None
+        raise
+    with f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -161,12 +133,9 @@ def convert(
     """
     fingerprint = fingerprint or source.fingerprint()
     total = source.rows_hint()
-    if (
-        progress is not None
-        and total is not None
-        and callable(getattr(progress, "set_total", None))
-    ):
-        progress.set_total(total)
+    set_total = getattr(progress, "set_total", None)
+    if total is not None and callable(set_total):
+        set_total(total)
     chunks, starts, info = source.read()
     t0 = time.perf_counter()
     log.info(
@@ -221,32 +190,67 @@ class _ProgressLog:
             self.progress(rows)
 
 
-def _is_current(path: Path, fingerprint: str) -> bool:
+def _open_current(path: Path, fingerprint: str, dataset_kwargs: dict[str, Any]) -> Any:
+    """The cached dataset if ``path`` holds a sound entry of this fingerprint, else None.
+
+    Writes nothing (a cache on a read-only filesystem serves its current entries);
+    a damaged entry is logged, to be converted again.
+    """
     try:
         meta = read_metadata(path)
     except DatasetError as err:
         if path.exists():
-            log.warning("cached dataset at %s is unreadable (%s); converting again", path, err)
-        return False
+            log.warning("cached dataset at %s is damaged (%s); converting it again", path, err)
+        return None
     if meta.get("source_fingerprint") != fingerprint:
         log.info(
             "source of %s changed since it was cached at %s; converting again",
             meta.get("source_id"),
             path,
         )
-        return False
-    return True
+        return None
+    try:
+        ds = load_memmap(path, **dataset_kwargs)
+    except DatasetError as err:
+        log.warning("cached dataset at %s is damaged (%s); converting it again", path, err)
+        return None
+    with contextlib.suppress(OSError):  # "last used", for mixreplay cache list|clean
+        os.utime(path)
+    return ds
+
+
+def _clear_damaged(path: Path) -> None:
+    """Remove a damaged entry that the dataset writer would refuse to replace.
+
+    The writer replaces only directories that hold a readable mixreplay dataset; an
+    entry whose metadata is unreadable is removed here, but only if it holds nothing
+    but the files of an entry (anything else at a cache path is left alone).
+    """
+    if not path.is_dir() or FORMAT.owns(path):
+        return
+    children = list(path.iterdir())
+    if not children:
+        return
+    if all(c.is_file() and not c.is_symlink() and c.name in _ENTRY_FILES for c in children):
+        log.warning("removing the damaged cache entry %s", path)
+        shutil.rmtree(path)
+        return
+    raise DatasetError(
+        f"{path} holds files that are not a mixreplay cache entry "
+        f"({', '.join(sorted(c.name for c in children))}); remove it or point "
+        "MIXREPLAY_DATA_DIR elsewhere"
+    )
 
 
 def load_cached(
     source: Source,
     *,
-    cache_dir: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
     refresh: bool = False,
     progress: Progress | None = None,
-    **dataset_kwargs,
+    **dataset_kwargs: Any,
 ) -> OfflineDataset:
-    """Open ``source`` from the cache, converting it first if absent or stale.
+    """Open ``source`` from the cache, converting it first if absent, stale or damaged.
 
     Keyword Args:
         cache_dir: cache root (default :func:`data_root`).
@@ -254,17 +258,168 @@ def load_cached(
         progress: see :func:`convert`.
         **dataset_kwargs: ``batch_size``, ``generator``, ``sampler``, ``transform``,
             forwarded to :func:`~mixreplay.datasets.memmap.load_memmap`.
+
+    Raises:
+        DatasetError: the entry must be (re)converted and the cache is read-only, or
+            the source cannot be read.
     """
     path = cache_path(source, cache_dir)
     fingerprint = source.fingerprint()
+    if not refresh:
+        ds = _open_current(path, fingerprint, dataset_kwargs)
+        if ds is not None:
+            log.debug("opened %s from the cache at %s", source.source_id, path)
+            return ds
     with _locked(path):
-        if not refresh and _is_current(path, fingerprint):
-            try:
-                ds = load_memmap(path, **dataset_kwargs)
-            except DatasetError as err:
-                log.warning("cached dataset at %s is damaged (%s); converting again", path, err)
-            else:
-                log.debug("opened %s from the cache at %s", source.source_id, path)
+        if not refresh:  # another process may have converted it while we waited
+            ds = _open_current(path, fingerprint, dataset_kwargs)
+            if ds is not None:
                 return ds
+        _clear_damaged(path)
         convert(source, path, overwrite=True, progress=progress, fingerprint=fingerprint)
     return load_memmap(path, **dataset_kwargs)
+
+
+# -- seeing and freeing the cache ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One converted dataset in the cache.
+
+    Attributes:
+        path: the entry's directory.
+        source_id: what was converted (``"minari:..."``; None if damaged).
+        requested: the ID as the user wrote it, when it differs (a D4RL name).
+        variant: the row options it was converted under (``"float32"``, ``"float64,
+            keep_infos"``, ...).
+        rows: rows stored (None if damaged).
+        size: bytes on disk.
+        last_used: when it was last opened (seconds since the epoch).
+        damaged: why the entry cannot be read, or None.
+    """
+
+    path: Path
+    source_id: str | None
+    requested: str | None
+    variant: str
+    rows: int | None
+    size: int
+    last_used: float
+    damaged: str | None = None
+
+    def matches(self, selector: str) -> bool:
+        """Whether ``selector`` names this entry: its source ID, the ID as requested,
+        its directory name, or a prefix (``"minari:"``)."""
+        names = {self.path.name, self.source_id, self.requested}
+        if selector in names:
+            return True
+        prefix = self.path.parent.name
+        return selector.rstrip(":").lower() == prefix and selector.endswith(":")
+
+
+def _variant(options: Any) -> str:
+    if not isinstance(options, dict):
+        return "?"
+    parts = []
+    dtype = options.get("dtype")
+    if isinstance(dtype, dict):
+        parts.append("dtype={" + ", ".join(f"{k}: {v}" for k, v in sorted(dtype.items())) + "}")
+    else:
+        parts.append("stored dtypes" if dtype is None else str(dtype))
+    if options.get("keep_infos"):
+        parts.append("keep_infos")
+    if options.get("keys"):
+        parts.append("keys=" + ",".join(".".join(k) for k in options["keys"]))
+    if options.get("rename"):
+        parts.append(
+            "rename=" + ",".join(f"{'.'.join(o)}={'.'.join(n)}" for o, n in options["rename"])
+        )
+    return ", ".join(parts)
+
+
+def _entry(path: Path) -> CacheEntry | None:
+    """The entry at ``path``, or None if ``path`` is not a mixreplay cache entry."""
+    if path.is_symlink() or not path.is_dir() or not _ENTRY_NAME.fullmatch(path.name):
+        return None
+    children = list(path.iterdir())
+    files = [c for c in children if c.is_file() and not c.is_symlink()]
+    size = sum(c.stat().st_size for c in files)
+    last_used = path.stat().st_mtime
+    try:
+        meta = read_metadata(path)
+    except DatasetError as err:
+        # a damaged entry: recognised by its files alone, never by anything else
+        if children and len(files) == len(children) and {c.name for c in files} <= _ENTRY_FILES:
+            return CacheEntry(path, None, None, "?", None, size, last_used, str(err))
+        return None
+    info = meta.get("info")
+    if not isinstance(info, dict) or "converter" not in info:
+        return None  # a dataset, but not one the cache wrote
+    requested = info.get("requested")
+    prefix = path.parent.name
+    return CacheEntry(
+        path,
+        meta.get("source_id"),
+        f"{prefix}:{requested}" if isinstance(requested, str) else None,
+        _variant(info.get("options")),
+        meta.get("rows"),
+        size,
+        last_used,
+    )
+
+
+def list_cache(root: str | os.PathLike[str] | None = None) -> list[CacheEntry]:
+    """Every entry of the cache at ``root`` (default :func:`data_root`), by prefix and name.
+
+    Only mixreplay's entries are listed: directories under ``<root>/datasets/<prefix>/``
+    that hold a dataset the cache converted (or, damaged, only an entry's files).
+    """
+    base = (Path(root).expanduser() if root is not None else data_root()) / "datasets"
+    out: list[CacheEntry] = []
+    if not base.is_dir():
+        return out
+    for prefix_dir in sorted(base.iterdir()):
+        if prefix_dir.is_symlink() or not prefix_dir.is_dir():
+            continue
+        for path in sorted(prefix_dir.iterdir()):
+            entry = _entry(path)
+            if entry is not None:
+                out.append(entry)
+    return out
+
+
+def clean_cache(
+    root: str | os.PathLike[str] | None = None,
+    *,
+    select: Callable[[CacheEntry], bool] | None = None,
+    dry_run: bool = False,
+) -> list[CacheEntry]:
+    """Remove the cache entries ``select`` picks (all when None); return them.
+
+    Each entry's lock file goes with it. Nothing that :func:`list_cache` does not
+    list is touched. An entry is removed under its lock, so a process converting it
+    finishes first.
+
+    Keyword Args:
+        select: picks the entries to remove.
+        dry_run: only return what would be removed.
+    """
+    removed = []
+    for entry in list_cache(root):
+        if select is not None and not select(entry):
+            continue
+        removed.append(entry)
+        if dry_run:
+            continue
+        with _locked(entry.path):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        _lock_file(entry.path).unlink(missing_ok=True)
+        log.info("removed the cache entry %s (%s)", entry.path, entry.source_id)
+    return removed
+
+
+def older_than(days: float, now: float | None = None) -> Callable[[CacheEntry], bool]:
+    """A selector of entries last used more than ``days`` days ago."""
+    limit = (time.time() if now is None else now) - days * 86400
+    return lambda entry: entry.last_used < limit

@@ -9,11 +9,12 @@ Resolving the ID:
 - a path (it ends in ``.hdf5``/``.h5``, holds a path separator, or exists): that file;
 - a name, looked up in ``$D4RL_DATASET_DIR`` (default ``~/.d4rl/datasets``): first
   ``<name>.hdf5``, then the file name D4RL itself saves the dataset under (the
-  last component of its download URL) for the locomotion datasets
-  ``{hopper,halfcheetah,walker2d,ant}-<kind>-v{0,1,2}``: ``hopper-medium-v2`` ->
-  ``hopper_medium-v2.hdf5``; v0 files have no version (``hopper_medium.hdf5``) and
-  call medium-replay ``mixed`` (``hopper_mixed.hdf5``, ``walker_mixed.hdf5``).
-  Other D4RL datasets: pass the path.
+  last component of its download URL, :mod:`~mixreplay.datasets.d4rl_urls`):
+  ``hopper-medium-v2`` -> ``hopper_medium-v2.hdf5``, ``walker2d-medium-replay-v0``
+  -> ``walker_mixed.hdf5``;
+- a name D4RL publishes and no local file: downloaded from D4RL's URL into
+  ``$D4RL_DATASET_DIR`` (as TorchRL does; resumable, size- and digest-checked,
+  see :mod:`~mixreplay.datasets.download`) unless ``download=False``.
 
 Rows (``N`` source rows, row ``i``)::
 
@@ -40,21 +41,24 @@ a row was dropped, the row before it, now the last of its episode, carries
 
 from __future__ import annotations
 
+import collections
+import functools
 import logging
 import os
-import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tensordict import TensorDict
 
-from mixreplay.buffers.offline import OfflineDataset
-from mixreplay.datasets.cache import Source, load_cached
-from mixreplay.datasets.transforms import RowPolicy, nest
+from mixreplay._validate import check_choice, check_type
+from mixreplay.datasets.d4rl_urls import D4RL_PATHS, d4rl_url
+from mixreplay.datasets.source import Source
+from mixreplay.datasets.transforms import nest
 from mixreplay.errors import DatasetError, DatasetNotFoundError, require
 
-__all__ = ["D4RLSource", "d4rl_dataset_dir", "d4rl_file_names", "load_d4rl", "resolve_d4rl"]
+__all__ = ["D4RLSource", "d4rl_dataset_dir", "d4rl_file_names", "resolve_d4rl"]
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +67,12 @@ CHUNK_ROWS = 1 << 16
 
 REQUIRED = ("observations", "actions", "rewards", "terminals", "timeouts")
 
-_LOCOMOTION = re.compile(
-    r"(hopper|halfcheetah|walker2d|ant)-(random|medium|expert|medium-replay|medium-expert|full-replay)-v(\d+)"
-)
+
+@functools.cache
+def _shared_file_names() -> frozenset[str]:
+    """File names D4RL uses for more than one dataset (downloaded under ``<name>.hdf5``)."""
+    counts = collections.Counter(path.rsplit("/", 1)[-1] for path in D4RL_PATHS.values())
+    return frozenset(name for name, n in counts.items() if n > 1)
 
 
 def d4rl_dataset_dir() -> Path:
@@ -74,30 +81,35 @@ def d4rl_dataset_dir() -> Path:
 
 
 def d4rl_file_names(name: str) -> list[str]:
-    """File names to try for the D4RL dataset ``name``, in order."""
+    """File names to try for the D4RL dataset ``name``, in order: ``<name>.hdf5``, then
+    the one D4RL downloads it to (unless D4RL uses that name for several datasets)."""
     names = [f"{name}.hdf5"]
-    m = _LOCOMOTION.fullmatch(name)
-    if m:
-        agent, kind, version = m.group(1), m.group(2), int(m.group(3))
-        if version == 0:
-            if kind == "medium-replay":
-                names.append(f"{'walker' if agent == 'walker2d' else agent}_mixed.hdf5")
-            elif kind != "full-replay":
-                names.append(f"{agent}_{kind.replace('-', '_')}.hdf5")
-        else:
-            names.append(f"{agent}_{kind.replace('-', '_')}-v{version}.hdf5")
+    path = D4RL_PATHS.get(name)
+    if path is not None:
+        file = path.rsplit("/", 1)[-1]
+        if file not in names and file not in _shared_file_names():
+            names.append(file)
     return names
 
 
-def resolve_d4rl(name_or_path: str | os.PathLike) -> Path:
-    """The D4RL file a ``d4rl:`` ID names (see the module docstring)."""
+def _is_path(text: str) -> bool:
+    path = Path(text).expanduser()
+    return path.suffix in (".hdf5", ".h5") or os.sep in text or "/" in text or path.exists()
+
+
+def resolve_d4rl(name_or_path: str | os.PathLike[str]) -> Path:
+    """The local D4RL file a ``d4rl:`` ID names (see the module docstring); never downloads.
+
+    Raises:
+        DatasetNotFoundError: no such file (the message lists what was tried).
+    """
     text = os.fspath(name_or_path)
     if not text:
         raise DatasetError(
             "a d4rl: ID needs a dataset name or a file path, e.g. 'd4rl:hopper-medium-v2'"
         )
     path = Path(text).expanduser()
-    if path.suffix in (".hdf5", ".h5") or os.sep in text or "/" in text or path.exists():
+    if _is_path(text):
         if path.is_file():
             return path.resolve()
         raise DatasetNotFoundError(
@@ -108,11 +120,40 @@ def resolve_d4rl(name_or_path: str | os.PathLike) -> Path:
     for n in names:
         if (root / n).is_file():
             return (root / n).resolve()
+    known = text in D4RL_PATHS
     raise DatasetNotFoundError(
         f"D4RL dataset {text!r} not found in {root} (D4RL_DATASET_DIR, default ~/.d4rl/datasets): "
-        f"looked for {', '.join(names)}. mixreplay reads D4RL files but never downloads them: put the "
-        "file there, set D4RL_DATASET_DIR, or pass its path ('d4rl:/path/to/file.hdf5')"
+        f"looked for {', '.join(names)}. "
+        + (
+            "Pass download=True (the default) to download it from D4RL, put the file there, "
+            "set D4RL_DATASET_DIR, or pass its path ('d4rl:/path/to/file.hdf5')"
+            if known
+            else "D4RL publishes no dataset by that name: put the file there, set "
+            "D4RL_DATASET_DIR, or pass its path ('d4rl:/path/to/file.hdf5')"
+        )
     )
+
+
+def _download_target(name: str) -> Path:
+    file = D4RL_PATHS[name].rsplit("/", 1)[-1]
+    if file in _shared_file_names():
+        file = f"{name}.hdf5"
+    return d4rl_dataset_dir() / file
+
+
+def check_d4rl_file(path: Path) -> None:
+    """Raise :class:`DatasetError` unless ``path`` is an HDF5 file holding D4RL's arrays."""
+    h5py = _h5py()
+    try:
+        with h5py.File(path, "r") as f:
+            missing = [k for k in REQUIRED if k not in f]
+            n = f["observations"].shape[0] if "observations" in f else 0
+    except OSError as err:
+        raise DatasetError(f"not a readable HDF5 file: {err}") from None
+    if missing:
+        raise DatasetError(f"not in the D4RL layout: no {', '.join(missing)}")
+    if n == 0:
+        raise DatasetError("it holds no rows")
 
 
 def _h5py():
@@ -140,6 +181,7 @@ class _Plan:
         ends = terminals | timeouts
         self.terminated = terminals
         self.truncated = timeouts.copy()
+        self.has_next: np.ndarray | None
         if derive_next:
             self.has_next = np.zeros(n, dtype=bool)
             self.has_next[:-1] = ~ends[:-1]
@@ -161,25 +203,115 @@ class _Plan:
 
 
 class D4RLSource(Source):
-    """A D4RL-layout HDF5 file, read chunk by chunk into TED rows.
+    """``d4rl:<name-or-path>``: a D4RL-layout HDF5 file, read chunk by chunk into TED rows.
+
+    Opened by the one loader (:mod:`mixreplay.datasets.loader`), which adds the row
+    options, the cache and the dataset's options; these are the D4RL-specific ones.
 
     Args:
-        name_or_path: a D4RL dataset name or a file path (see :func:`resolve_d4rl`).
+        name: a D4RL dataset name (``"hopper-medium-v2"``) or a file path.
 
     Keyword Args:
-        keep_infos: keep ``infos/*`` under ``("info", ...)``.
-        policy: key selection, renaming and dtype policy.
+        download: ``True`` (the default, as in TorchRL): a dataset D4RL publishes that
+            is not in ``$D4RL_DATASET_DIR`` is downloaded there from D4RL's URL;
+            ``False``: never download; ``"force"``: download it again.
+        download_progress: called with the byte count of each downloaded chunk (and
+            ``set_total(n)`` if it has one); the library itself only logs.
+        sha256: the SHA-256 the downloaded file must have (D4RL publishes none; the
+            size the server announces, any digest header it sends and the D4RL layout
+            are always checked).
+        from_env: TorchRL's keyword (how TorchRL obtains the arrays); mixreplay always
+            reads the file, which holds what ``env.get_dataset()`` returns: any bool.
+        direct_download: TorchRL's keyword; mixreplay reads and downloads the file
+            itself, without the d4rl package: ``None`` or ``True``.
+        use_truncated_as_done: TorchRL's keyword; ``True``: ``done = terminated |
+            truncated``, which mixreplay always stores.
+        terminate_on_end: TorchRL's keyword; ``None`` or ``True``: every row whose next
+            observation is known is kept (all rows when the file stores
+            ``next_observations``).
+        **base: ``prefix``, ``policy``, ``keep_infos`` (filled by the loader).
+
+    Raises:
+        DatasetNotFoundError: no file by that name or path (and no download).
+        DatasetError: the file is not in the D4RL layout, a download failed.
+        MissingDependencyError: h5py is not installed (needed to download and convert).
+        TypeError: a TorchRL keyword with a value mixreplay has no meaning for.
+
+    Examples:
+        >>> from mixreplay import load_dataset
+        >>> ds = load_dataset("d4rl:hopper-medium-v2", batch_size=256)  # doctest: +SKIP
     """
 
-    prefix = "d4rl"
+    def __init__(
+        self,
+        name: str,
+        *,
+        download: bool | str = True,
+        download_progress: Callable[[int], None] | None = None,
+        sha256: str | None = None,
+        from_env: bool | None = None,
+        direct_download: bool | None = None,
+        use_truncated_as_done: bool = True,
+        terminate_on_end: bool | None = None,
+        **base: Any,
+    ):
+        check_choice(download, "download", (True, False, "force"))
+        if sha256 is not None:
+            check_type(sha256, "sha256", str)
+        _torchrl_keyword("from_env", from_env, (None, True, False), "")
+        _torchrl_keyword(
+            "direct_download",
+            direct_download,
+            (None, True),
+            "mixreplay reads and downloads D4RL files itself; the d4rl package is never used",
+        )
+        _torchrl_keyword(
+            "use_truncated_as_done",
+            use_truncated_as_done,
+            (True,),
+            "mixreplay keeps terminated and truncated apart, with done = terminated | truncated; "
+            "read ('next', 'terminated') where only terminations should end a return",
+        )
+        _torchrl_keyword(
+            "terminate_on_end",
+            terminate_on_end,
+            (None, True),
+            "mixreplay keeps every row whose next observation is known (TorchRL refuses False "
+            "too without the d4rl package)",
+        )
+        self.requested = os.fspath(name)
+        self.path = self._locate(self.requested, download, download_progress, sha256)
+        super().__init__(str(self.path), **base)
 
-    def __init__(self, name_or_path, *, keep_infos: bool = False, policy: RowPolicy | None = None):
-        self.requested = os.fspath(name_or_path)
-        self.path = resolve_d4rl(name_or_path)
-        self.name = str(self.path)
-        self.keep_infos = bool(keep_infos)
-        self.policy = policy or RowPolicy()
-        self.options = {"keep_infos": self.keep_infos, **self.policy.to_json()}
+    @staticmethod
+    def _locate(
+        text: str,
+        download: bool | str,
+        progress: Callable[[int], None] | None,
+        sha256: str | None,
+    ) -> Path:
+        url = None if not text or _is_path(text) else d4rl_url(text)
+        if url is not None and download == "force":
+            from mixreplay.datasets.download import download as fetch  # urllib: imported on need
+
+            _h5py()  # before fetching a file that could not be converted
+            return fetch(
+                url, _download_target(text), sha256=sha256, check=check_d4rl_file, progress=progress
+            ).resolve()
+        try:
+            return resolve_d4rl(text)
+        except DatasetNotFoundError:
+            if url is None or not download:
+                raise
+        from mixreplay.datasets.download import download as fetch
+
+        _h5py()
+        log.info("D4RL dataset %s is not in %s: downloading %s", text, d4rl_dataset_dir(), url)
+        target = _download_target(text)
+        return fetch(url, target, sha256=sha256, check=check_d4rl_file, progress=progress).resolve()
+
+    def slug(self) -> str:
+        return self.path.stem
 
     def files(self) -> list[Path]:
         return [self.path]
@@ -290,61 +422,13 @@ class D4RLSource(Source):
                 if m < b - a:
                     leaves = {k: v[keep] for k, v in leaves.items()}
                 yield TensorDict(
-                    nest(self.policy.apply(leaves, where=f"d4rl:{self.path}")), batch_size=[m]
+                    nest(self.policy.apply(leaves, where=self.source_id)), batch_size=[m]
                 )
 
 
-def load_d4rl(
-    name_or_path: str,
-    *,
-    keep_infos: bool = False,
-    keys=None,
-    rename=None,
-    dtype="float32",
-    cache_dir=None,
-    refresh: bool = False,
-    progress=None,
-    batch_size: int | None = None,
-    generator=None,
-    sampler=None,
-    transform=None,
-) -> OfflineDataset:
-    """Open a D4RL-layout HDF5 file as a read-only :class:`OfflineDataset` (TED layout).
-
-    The first load converts the file into the cache (``$MIXREPLAY_DATA_DIR``);
-    later loads reopen the cache unless the file's size or mtime changed.
-
-    Args:
-        name_or_path: a D4RL dataset name resolved in ``$D4RL_DATASET_DIR``
-            (``"hopper-medium-v2"``) or the path of an HDF5 file.
-
-    Keyword Args:
-        keep_infos: keep ``infos/*`` under ``("info", ...)``.
-        keys, rename, dtype: see :class:`~mixreplay.datasets.transforms.RowPolicy`
-            (floating leaves become float32 by default; ``dtype=None`` keeps the file's).
-        cache_dir: cache root instead of ``$MIXREPLAY_DATA_DIR``.
-        refresh: convert again even if the cache is current.
-        progress: called with the row count of each converted chunk.
-        batch_size, generator, sampler, transform: forwarded to the dataset.
-
-    Raises:
-        DatasetNotFoundError: no file by that name or path.
-        DatasetError: the file is not in the D4RL layout, or the policy does not fit.
-        MissingDependencyError: h5py is not installed (needed only to convert).
-
-    Examples:
-        >>> from mixreplay import load_dataset
-        >>> ds = load_dataset("d4rl:hopper-medium-v2", batch_size=256)  # doctest: +SKIP
-    """
-    policy = RowPolicy(keys=keys, rename=rename, dtype=dtype)
-    source = D4RLSource(name_or_path, keep_infos=keep_infos, policy=policy)
-    return load_cached(
-        source,
-        cache_dir=cache_dir,
-        refresh=refresh,
-        progress=progress,
-        batch_size=batch_size,
-        generator=generator,
-        sampler=sampler,
-        transform=transform,
-    )
+def _torchrl_keyword(name: str, value: Any, accepted: tuple[Any, ...], way: str) -> None:
+    if not any(value is a for a in accepted):
+        raise TypeError(
+            f"load_dataset('d4rl:...') does not support TorchRL's {name}={value!r} (only "
+            f"{' / '.join(repr(a) for a in accepted)}){'; ' + way if way else ''}"
+        )

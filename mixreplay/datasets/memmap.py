@@ -45,6 +45,7 @@ from tensordict import TensorDictBase
 
 from mixreplay._validate import check_bool
 from mixreplay.buffers.offline import OfflineDataset, check_episode_starts
+from mixreplay.datasets.options import dataset_options
 from mixreplay.errors import DatasetError, DatasetNotFoundError, SchemaMismatchError
 from mixreplay.layout import RowLayout
 from mixreplay.persist import (
@@ -58,9 +59,11 @@ from mixreplay.persist import (
     write_metadata,
 )
 from mixreplay.persist.atomic import destination
+from mixreplay.samplers import Sampler
 from mixreplay.schema import Schema
 from mixreplay.storages.dedup import DedupEncoder, DedupFrozenStorage, DedupLayout
 from mixreplay.storages.frozen import FrozenStorage
+from mixreplay.transforms import Transform
 
 __all__ = ["FORMAT", "load_memmap", "read_metadata", "write_memmap_dataset"]
 
@@ -332,17 +335,48 @@ def _dedup_layout(where: Path, layout: RowLayout, keys: Any, files: dict[str, An
     return dl
 
 
-def load_memmap(path: str | os.PathLike[str], **kwargs: Any) -> OfflineDataset:
+def load_memmap(
+    path: str | os.PathLike[str],
+    *,
+    batch_size: int | None = None,
+    generator: torch.Generator | int | None = None,
+    sampler: Sampler | None = None,
+    transform: Transform | None = None,
+    split_trajs: bool = False,
+    writer: None = None,
+    collate_fn: None = None,
+    prefetch: int | None = None,
+    pin_memory: bool = False,
+) -> OfflineDataset:
     """Open a dataset directory written by :func:`write_memmap_dataset` (no row is read).
+
+    The rows are served as written: to select keys, rename them or change dtypes,
+    convert the source again with those options (``mixreplay convert ... --keys``),
+    or add a ``transform``.
 
     Keyword Args:
         batch_size, generator, sampler, transform: as for :class:`~mixreplay.OfflineDataset`.
+        split_trajs, writer, collate_fn, prefetch, pin_memory: TorchRL's keywords, with
+            the meaning of :mod:`mixreplay.datasets.loader`.
 
     Raises:
         DatasetNotFoundError: nothing at ``path``.
-        DatasetError: any damage: metadata, schema, a missing or truncated file,
-            episode starts that are negative, unsorted or out of range.
+        DatasetError: any damage, naming the file and the problem: unreadable or edited
+            metadata, a bad schema or dtype, a missing or truncated file, episode starts
+            that are negative, unsorted or out of range.
     """
+    options: dict[str, Any] = {
+        "batch_size": batch_size,
+        "generator": generator,
+        "sampler": sampler,
+        "transform": transform,
+        "split_trajs": split_trajs,
+        "writer": writer,
+        "collate_fn": collate_fn,
+        "prefetch": prefetch,
+        "pin_memory": pin_memory,
+    }
+    kwargs = dataset_options(options, "load_dataset('memmap:...')")
     where = destination(Path(path).expanduser())
     meta = read_metadata(where)
     layout = meta.pop("layout")

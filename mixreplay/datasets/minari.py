@@ -30,17 +30,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tensordict import TensorDict
 
-from mixreplay.buffers.offline import OfflineDataset
-from mixreplay.datasets.cache import Source, load_cached
-from mixreplay.datasets.transforms import RowPolicy, flat_leaves, nest
-from mixreplay.errors import DatasetError, DatasetNotFoundError, require
+from mixreplay._validate import check_bool, check_choice
+from mixreplay.datasets.source import Source
+from mixreplay.datasets.transforms import flat_leaves, nest
+from mixreplay.errors import DatasetError, DatasetNotFoundError, MissingDependencyError, require
 from mixreplay.schema import format_key
 
-__all__ = ["MinariSource", "load_minari"]
+__all__ = ["MinariSource"]
 
 log = logging.getLogger(__name__)
 
@@ -64,63 +65,83 @@ def _numeric(key: tuple[str, ...], value, where: str) -> np.ndarray:
 
 
 class MinariSource(Source):
-    """A local Minari dataset, read episode by episode into TED chunks.
+    """``minari:<dataset_id>``: a Minari dataset, read episode by episode into TED chunks.
+
+    Opened by the one loader (:mod:`mixreplay.datasets.loader`), which adds the row
+    options, the cache and the dataset's options; these are the Minari-specific ones.
 
     Args:
-        dataset_id: ``(namespace/)name-vN``.
+        name: ``(namespace/)name-vN`` in the Minari root (``$MINARI_DATASETS_PATH``,
+            else ``~/.minari/datasets``).
 
     Keyword Args:
-        download: fetch the dataset with Minari when it is not in the local root.
-        keep_infos: keep the step infos under ``("next", "info", ...)``.
-        policy: key selection, renaming and dtype policy.
-    """
+        download: ``False`` (the default): read the local Minari root only, nothing
+            is fetched unless asked; ``True``: let Minari download the dataset when
+            it is not local (``minari.download_dataset``; Minari's remote needs
+            ``minari[hf]``); ``"force"``: download it again even if it is local.
+            (TorchRL downloads by default; mixreplay asks, see docs/datasets.md.)
+        load_from_local_minari: TorchRL's keyword: ``True`` reads the local Minari
+            root and never downloads (it wins over ``download``, as in TorchRL);
+            ``False`` leaves ``download`` in charge.
+        **base: ``prefix``, ``policy``, ``keep_infos`` (filled by the loader).
 
-    prefix = "minari"
+    Raises:
+        DatasetNotFoundError: the dataset is not in the Minari root and downloading is off.
+        DatasetError: a malformed ID, or Minari cannot download or open it.
+        MissingDependencyError: minari is not installed.
+
+    Examples:
+        >>> from mixreplay import load_dataset
+        >>> ds = load_dataset("minari:mujoco/hopper/expert-v0", batch_size=256)  # doctest: +SKIP
+    """
 
     def __init__(
         self,
-        dataset_id: str,
+        name: str,
         *,
-        download: bool = False,
-        keep_infos: bool = False,
-        policy: RowPolicy | None = None,
+        download: bool | str = False,
+        load_from_local_minari: bool = False,
+        **base: Any,
     ):
         minari = _minari()
         from minari.dataset.minari_dataset import parse_dataset_id
 
-        if not isinstance(dataset_id, str) or not dataset_id:
-            raise DatasetError(
-                f"a Minari dataset ID must be a non-empty string, got {dataset_id!r}"
-            )
+        super().__init__(name, **base)
+        check_choice(download, "download", (False, True, "force"))
+        if check_bool(load_from_local_minari, "load_from_local_minari"):
+            download = False
+        if not isinstance(name, str) or not name:
+            raise DatasetError(f"a Minari dataset ID must be a non-empty string, got {name!r}")
         try:
-            parse_dataset_id(dataset_id)
+            parse_dataset_id(name)
         except (ValueError, TypeError) as err:
             raise DatasetError(
-                f"{dataset_id!r} is not a Minari dataset ID: write it as (namespace/)name-vN, "
+                f"{name!r} is not a Minari dataset ID: write it as (namespace/)name-vN, "
                 "e.g. 'mujoco/hopper/expert-v0' (Minari rejects '.' in names)"
             ) from err
-        self.name = dataset_id
-        self._index = None
-        self.keep_infos = bool(keep_infos)
-        self.policy = policy or RowPolicy()
-        self.options = {"keep_infos": self.keep_infos, **self.policy.to_json()}
-        self.path = Path(minari.storage.get_dataset_path(dataset_id))
-        if not (self.path / "data").is_dir():
-            root = self.path
-            for _ in dataset_id.split("/"):
-                root = root.parent
-            if not download:
-                raise DatasetNotFoundError(
-                    f"Minari dataset {dataset_id!r} not found: searched {self.path} in the Minari root "
-                    f"{root} (set by MINARI_DATASETS_PATH, else ~/.minari/datasets). Create it there, "
-                    "point MINARI_DATASETS_PATH at the root that holds it, or pass download=True to "
-                    "fetch it with Minari"
-                )
-            log.info("downloading Minari dataset %s into %s", dataset_id, root)
-            try:
-                minari.download_dataset(dataset_id)
-            except Exception as err:  # network, unknown remote ID: Minari raises many kinds
-                raise DatasetError(f"Minari could not download {dataset_id!r}: {err}") from err
+        self._index: tuple[Any, np.ndarray, list[int]] | None = None
+        self.path = Path(minari.storage.get_dataset_path(name))
+        if (self.path / "data").is_dir() and download != "force":
+            return
+        root = self.path
+        for _ in name.split("/"):
+            root = root.parent
+        if not download:
+            raise DatasetNotFoundError(
+                f"Minari dataset {name!r} not found: searched {self.path} in the Minari root "
+                f"{root} (set by MINARI_DATASETS_PATH, else ~/.minari/datasets). Create it there, "
+                "point MINARI_DATASETS_PATH at the root that holds it, or pass download=True to "
+                "fetch it with Minari"
+            )
+        log.info("downloading Minari dataset %s into %s", name, root)
+        try:
+            minari.download_dataset(name, force_download=download == "force")
+        except ImportError as err:  # Minari's remotes need extras of Minari's own
+            raise MissingDependencyError(
+                f"Minari cannot download {name!r} without its remote's package: {err}"
+            ) from err
+        except Exception as err:  # network, unknown remote ID: Minari raises many kinds
+            raise DatasetError(f"Minari could not download {name!r}: {err}") from err
 
     def files(self) -> list[Path]:
         return [p for p in self.path.rglob("*") if p.is_file()]
@@ -244,62 +265,4 @@ def _describe_change(source_id: str, episode, before: dict, after: dict) -> str:
         f"{source_id} episode {episode} does not match the earlier episodes:\n  "
         + "\n  ".join(sorted(lines))
         + "\nFix: every episode of a dataset must have the same keys, shapes and dtypes"
-    )
-
-
-def load_minari(
-    dataset_id: str,
-    *,
-    download: bool = False,
-    keep_infos: bool = False,
-    keys=None,
-    rename=None,
-    dtype="float32",
-    cache_dir=None,
-    refresh: bool = False,
-    progress=None,
-    batch_size: int | None = None,
-    generator=None,
-    sampler=None,
-    transform=None,
-) -> OfflineDataset:
-    """Open the Minari dataset ``dataset_id`` as a read-only :class:`OfflineDataset` (TED layout).
-
-    The first load converts the dataset into the cache (``$MIXREPLAY_DATA_DIR``);
-    later loads reopen the cache unless the Minari files changed.
-
-    Args:
-        dataset_id: ``(namespace/)name-vN`` in the Minari root (``$MINARI_DATASETS_PATH``).
-
-    Keyword Args:
-        download: let Minari download the dataset when it is not local (off by default:
-            nothing is fetched unless asked).
-        keep_infos: keep step infos under ``("next", "info", ...)``.
-        keys, rename, dtype: see :class:`~mixreplay.datasets.transforms.RowPolicy`;
-            floating leaves are stored as float32 by default, ``dtype=None`` keeps Minari's.
-        cache_dir: cache root instead of ``$MIXREPLAY_DATA_DIR``.
-        refresh: convert again even if the cache is current.
-        progress: called with the row count of each converted chunk.
-        batch_size, generator, sampler, transform: forwarded to the dataset.
-
-    Raises:
-        DatasetNotFoundError: the dataset is not in the Minari root and ``download`` is off.
-        DatasetError: a malformed ID, a policy that does not fit, or unreadable episodes.
-        MissingDependencyError: minari is not installed.
-
-    Examples:
-        >>> from mixreplay import load_dataset
-        >>> ds = load_dataset("minari:mujoco/hopper/expert-v0", batch_size=256)  # doctest: +SKIP
-    """
-    policy = RowPolicy(keys=keys, rename=rename, dtype=dtype)
-    source = MinariSource(dataset_id, download=download, keep_infos=keep_infos, policy=policy)
-    return load_cached(
-        source,
-        cache_dir=cache_dir,
-        refresh=refresh,
-        progress=progress,
-        batch_size=batch_size,
-        generator=generator,
-        sampler=sampler,
-        transform=transform,
     )

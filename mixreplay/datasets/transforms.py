@@ -20,16 +20,18 @@ policy are never served under another.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
+from tensordict import TensorDict, TensorDictBase
 
 from mixreplay.errors import DatasetError
 from mixreplay.schema import NestedKey, format_key, normalize_key
 
 __all__ = ["RowPolicy", "flat_leaves", "nest"]
 
-Leaves = dict[tuple[str, ...], "np.ndarray | torch.Tensor"]
+Leaves = Mapping[tuple[str, ...], "np.ndarray | torch.Tensor"]
 
 
 def _as_dtype(value, what: str) -> torch.dtype:
@@ -104,13 +106,14 @@ class RowPolicy:
             raise DatasetError(str(err)) from err
         if self.keys is not None and not self.keys:
             raise DatasetError("keys=[] would keep no key; pass None to keep every key")
+        self.dtype: dict[tuple[str, ...], torch.dtype] | torch.dtype | None
         if isinstance(dtype, Mapping):
             self.dtype = {normalize_key(k): _as_dtype(v, f"dtype[{k!r}]") for k, v in dtype.items()}
         elif dtype is None:
             self.dtype = None
         else:
-            self.dtype = _as_dtype(dtype, "dtype")
-            if not self.dtype.is_floating_point:
+            self.dtype = single = _as_dtype(dtype, "dtype")
+            if not single.is_floating_point:
                 raise DatasetError(
                     f"dtype={dtype!r} applies to every floating key and must be a floating dtype; "
                     "cast other keys with a mapping, e.g. dtype={'action': 'int64'}"
@@ -120,6 +123,7 @@ class RowPolicy:
 
     def to_json(self) -> dict:
         """A JSON-able description of the policy (part of the cache key)."""
+        dtype: dict[str, str] | str | None
         if isinstance(self.dtype, dict):
             dtype = {"/".join(k): _dtype_name(v) for k, v in sorted(self.dtype.items())}
         else:
@@ -142,6 +146,7 @@ class RowPolicy:
 
         keys = None if self.keys is None else [show(k) for k in self.keys]
         rename = {show(o): show(n) for o, n in self.rename}
+        dtype: dict[Any, str] | str | None
         if isinstance(self.dtype, dict):
             dtype = {show(k): _dtype_name(v) for k, v in self.dtype.items()}
         else:
@@ -227,11 +232,19 @@ class RowPolicy:
             out[key] = t.to(self.cast_to(key, t.dtype))
         return out
 
+    def apply_td(self, rows: TensorDictBase, *, where: str = "the source") -> TensorDict:
+        """:meth:`apply` to a ``[n]`` TensorDict of rows; returns a new TensorDict."""
+        leaves: Leaves = {
+            normalize_key(k): v for k, v in rows.items(include_nested=True, leaves_only=True)
+        }
+        return TensorDict(nest(self.apply(leaves, where=where)), batch_size=rows.batch_size)
 
-def flat_leaves(tree, prefix: tuple[str, ...] = ()) -> Leaves:
+
+def flat_leaves(tree, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
     """Flatten nested dicts (and tuples, as ``"0"``, ``"1"``, ...) of arrays into ``{key: array}``."""
+    out: dict[tuple[str, ...], Any]
     if isinstance(tree, Mapping):
-        out: Leaves = {}
+        out = {}
         for k, v in tree.items():
             out.update(flat_leaves(v, prefix + (str(k),)))
         return out

@@ -1,4 +1,4 @@
-"""Real, small datasets for the loader tests.
+"""Real, small datasets for the loader tests, a real HTTP server, and the dataset commands.
 
 Minari datasets are written by Minari's own ``create_dataset_from_buffers``
 around real Gymnasium environments; D4RL files are written with h5py. The
@@ -6,33 +6,34 @@ top-level autouse fixture already sends ``MINARI_DATASETS_PATH``,
 ``MIXREPLAY_DATA_DIR`` and ``D4RL_DATASET_DIR`` to a fresh temp dir per test;
 the read-only Minari datasets below are built once per session in their own
 root, which :func:`minari_root` points ``MINARI_DATASETS_PATH`` at.
+
+D4RL downloads never leave the machine: an autouse fixture points
+``MIXREPLAY_D4RL_BASE_URL`` at a closed local port, and :func:`d4rl_server`
+serves files over real HTTP on 127.0.0.1 (ranges, ETags, digests, cut connections).
 """
 
 from __future__ import annotations
 
+import argparse
+import base64
 import dataclasses
+import hashlib
+import http.server
+import re
+import socket
+import threading
 import warnings
 
+import gymnasium as gym
+import h5py
+import minari
 import numpy as np
 import pytest
 import torch
+from minari.data_collector import EpisodeBuffer
 from tensordict import TensorDict
 
-# Optional packages: each test module importorskips what it needs, so a missing one skips
-# those tests instead of failing collection.
-try:
-    import gymnasium as gym
-except ImportError:  # pragma: no cover
-    gym = None
-try:
-    import minari
-    from minari.data_collector import EpisodeBuffer
-except ImportError:  # pragma: no cover
-    minari = EpisodeBuffer = None
-try:
-    import h5py
-except ImportError:  # pragma: no cover
-    h5py = None
+from mixreplay.datasets import Source
 
 PENDULUM = "test/pendulum-v0"
 MOUNTAINCAR = "test/mountaincar-v0"
@@ -277,3 +278,175 @@ def env_ted_rows(env, n: int, seed: int = 0) -> TensorDict:
         },
         batch_size=[n],
     )
+
+
+# -- the dataset commands --------------------------------------------------------------------------
+
+
+def dataset_cli(argv: list[str]) -> int:
+    """Run a dataset command as ``mixreplay`` does: its parser, then ``args.func(args)``.
+
+    Errors propagate: the ``mixreplay`` command (mixreplay.cli) is what prints them as
+    one line; these tests check what the commands raise.
+    """
+    from mixreplay.cli_datasets import add_cache_parser, add_dataset_parsers
+
+    parser = argparse.ArgumentParser(prog="mixreplay")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_dataset_parsers(sub)
+    add_cache_parser(sub)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+# -- a Source of one's own -------------------------------------------------------------------------
+
+
+class Ramp(Source):
+    """``<prefix>:<n>``: n rows (episodes of 4) whose float64 observation is the row number."""
+
+    def __init__(self, name, *, scale: float = 1.0, **base):
+        super().__init__(name, **base)
+        self.scale = scale
+        self.options = {**self.options, "scale": scale}
+
+    def files(self):
+        return []
+
+    def rows_hint(self):
+        return int(self.name)
+
+    def read(self):
+        n = int(self.name)
+        i = torch.arange(n, dtype=torch.float64).unsqueeze(-1)
+        end = (torch.arange(n) % 4 == 3).unsqueeze(-1)
+        rows = TensorDict(
+            {
+                "observation": i * self.scale,
+                "action": torch.zeros(n, 1),
+                "next": {"observation": (i + 1) * self.scale, "reward": i, "done": end},
+            },
+            [n],
+        )
+        return iter([self.policy.apply_td(rows, where=self.source_id)]), list(range(0, n, 4)), {}
+
+
+@pytest.fixture
+def registry():
+    """The dataset registry module (the top-level autouse fixture restores it after each test)."""
+    from mixreplay.datasets import registry as module
+
+    return module
+
+
+# -- a real HTTP server for D4RL downloads ---------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _no_d4rl_network(monkeypatch):
+    """A D4RL download a test did not arrange fails at once: nothing listens on this port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MIXREPLAY_D4RL_BASE_URL", f"http://127.0.0.1:{port}/offline_rl/")
+
+
+@dataclasses.dataclass
+class Served:
+    """What the test server serves at one path, and how it misbehaves."""
+
+    body: bytes
+    etag: str = ""
+    cut_after: int | None = None  # close the connection after this many body bytes...
+    cuts: int = 0  # ...in this many responses (then serve whole)
+    corrupt: bool = False  # flip a byte in the middle of what is sent
+    digest: bool = False  # send Repr-Digest (of the true body)
+
+    def __post_init__(self):
+        self.etag = self.etag or '"' + hashlib.sha256(self.body).hexdigest()[:16] + '"'
+
+
+class FileServer:
+    """A real HTTP/1.1 server on 127.0.0.1: Range, If-Range, ETag, Repr-Digest, cut connections."""
+
+    def __init__(self):
+        self.files: dict[str, Served] = {}
+        self.requests: list[dict] = []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_GET(self):
+                server.requests.append(
+                    {
+                        "path": self.path,
+                        "range": self.headers.get("Range"),
+                        "if_range": self.headers.get("If-Range"),
+                    }
+                )
+                served = server.files.get(self.path.lstrip("/"))
+                if served is None:
+                    self.send_error(404, "Not Found")
+                    return
+                body, start = served.body, 0
+                m = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range") or "")
+                if m and self.headers.get("If-Range") in (None, served.etag):
+                    start = int(m.group(1))
+                    if start >= len(body):
+                        self.send_response(416)
+                        self.send_header("Content-Range", f"bytes */{len(body)}")
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+                else:
+                    self.send_response(200)
+                self.send_header("Content-Length", str(len(body) - start))
+                self.send_header("ETag", served.etag)
+                if served.digest:
+                    b64 = base64.b64encode(hashlib.sha256(body).digest()).decode()
+                    self.send_header("Repr-Digest", f"sha-256=:{b64}:")
+                self.end_headers()
+                out = body[start:]
+                if served.corrupt:
+                    mid = len(out) // 2
+                    out = out[:mid] + bytes([out[mid] ^ 0xFF]) + out[mid + 1 :]
+                if served.cuts > 0 and served.cut_after is not None:
+                    served.cuts -= 1
+                    self.wfile.write(out[: served.cut_after])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                self.wfile.write(out)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/offline_rl/"
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self.thread.start()
+
+    def serve(self, path: str, body: bytes, **how) -> Served:
+        self.files[f"offline_rl/{path}"] = served = Served(body, **how)
+        return served
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def d4rl_server(monkeypatch):
+    """A file server standing in for D4RL's; ``MIXREPLAY_D4RL_BASE_URL`` points at it."""
+    server = FileServer()
+    monkeypatch.setenv("MIXREPLAY_D4RL_BASE_URL", server.base_url)
+    yield server
+    server.close()

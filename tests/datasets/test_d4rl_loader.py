@@ -12,8 +12,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("h5py")
-
 from mixreplay import (
     DatasetError,
     DatasetNotFoundError,
@@ -158,7 +156,16 @@ def test_mixes_with_online_rows(tmp_path, make_rows):
         ("hopper-medium-expert-v0", ["hopper-medium-expert-v0.hdf5", "hopper_medium_expert.hdf5"]),
         ("walker2d-medium-replay-v0", ["walker2d-medium-replay-v0.hdf5", "walker_mixed.hdf5"]),
         ("ant-medium-replay-v0", ["ant-medium-replay-v0.hdf5", "ant_mixed.hdf5"]),
-        ("antmaze-umaze-v2", ["antmaze-umaze-v2.hdf5"]),
+        (
+            "antmaze-umaze-v2",
+            [
+                "antmaze-umaze-v2.hdf5",
+                "Ant_maze_u-maze_noisy_multistart_False_multigoal_False_sparse_fixed.hdf5",
+            ],
+        ),
+        # D4RL saves pen-human-v0 and pen-human-v1 under one file name: only <name>.hdf5 is ours
+        ("pen-human-v0", ["pen-human-v0.hdf5"]),
+        ("not-a-d4rl-name", ["not-a-d4rl-name.hdf5"]),
     ],
 )
 def test_file_names_d4rl_downloads_to(name, files):
@@ -231,9 +238,15 @@ def test_unknown_name_lists_what_was_tried(d4rl_dir):
     with pytest.raises(
         DatasetNotFoundError,
         match=r"D4RL dataset 'hopper-medium-v2' not found in .*d4rl \(D4RL_DATASET_DIR.*"
-        r"looked for hopper-medium-v2.hdf5, hopper_medium-v2.hdf5.*never downloads",
+        r"looked for hopper-medium-v2.hdf5, hopper_medium-v2.hdf5. Pass download=True",
     ):
-        load_dataset("d4rl:hopper-medium-v2")
+        load_dataset("d4rl:hopper-medium-v2", download=False)
+    with pytest.raises(
+        DatasetNotFoundError,
+        match=r"D4RL dataset 'hopper-v9' not found .*looked for hopper-v9.hdf5. D4RL publishes "
+        r"no dataset by that name",
+    ):
+        load_dataset("d4rl:hopper-v9")  # nothing to download
 
 
 def test_missing_path(tmp_path):
@@ -268,7 +281,7 @@ def test_not_hdf5(tmp_path):
 
 def test_empty_id():
     with pytest.raises(DatasetError, match="a d4rl: ID needs a dataset name or a file path"):
-        d4rl_loader.load_d4rl("")
+        resolve_d4rl("")
 
 
 # -- the row plan, as a property -----------------------------------------------------------------

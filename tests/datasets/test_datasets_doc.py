@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("h5py")
-
 DOC = Path(__file__).resolve().parents[2] / "docs" / "datasets.md"
 
 
@@ -23,9 +21,9 @@ def _blocks() -> list[str]:
 
 
 @pytest.mark.parametrize("index", range(len(_blocks())))
-def test_doc_python_blocks_run(index, tmp_path, monkeypatch):
+def test_doc_python_blocks_run(index, tmp_path, monkeypatch, registry):
     # in this process (warnings are errors here too); the autouse fixture has already sent
-    # every data root to a temp dir
+    # every data root to a temp dir, and `registry` forgets what a block registers
     monkeypatch.chdir(tmp_path)
     exec(
         compile(_blocks()[index], f"{DOC.name} block {index}", "exec"),

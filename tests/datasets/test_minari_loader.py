@@ -10,9 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("gymnasium")
-pytest.importorskip("minari")
-
 from mixreplay import (
     DatasetError,
     DatasetNotFoundError,
@@ -401,3 +398,14 @@ def test_sampler_and_transform_are_forwarded(minari_root):
     batch = ds.sample()
     assert seen == [(4,)] and "done" not in batch.keys()
     assert torch.equal(batch["observation"], ds[:4]["observation"])
+
+
+def test_download_without_minaris_remote_package_names_it(monkeypatch):
+    # Minari downloads through huggingface_hub (minari[hf]); without it, Minari's own hint
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    with pytest.raises(
+        MissingDependencyError,
+        match=r"Minari cannot download 'mujoco/hopper/expert-v0' without its remote's package: "
+        r'.*pip install "minari\[hf\]"',
+    ):
+        load_dataset("minari:mujoco/hopper/expert-v0", download=True)

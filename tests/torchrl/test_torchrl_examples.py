@@ -108,12 +108,8 @@ register_dataset(
 """
 
 
-@pytest.fixture(autouse=True)
-def _own_registry(monkeypatch):
-    """Each example registers prefixes into a copy of the registry, dropped afterwards."""
-    monkeypatch.setattr(
-        mixreplay.datasets, "_DATASET_REGISTRY", dict(mixreplay.datasets._DATASET_REGISTRY)
-    )
+# Each example's prefixes are dropped afterwards by tests/conftest.py's autouse fixture, which
+# restores the registry in place (mixreplay.datasets._DATASET_REGISTRY is the registry's own dict).
 
 
 def run_doctest(text: str, globs: dict | None = None) -> doctest.TestResults:
@@ -169,10 +165,11 @@ def local_rst_datasets(tmp_path, monkeypatch):
 
 
 @pytest.mark.xfail(
-    strict=False,
+    strict=True,
     raises=TypeError,
-    reason="split_trajs, TorchRL's loader keyword, is not accepted by the minari loader yet "
-    "(issue 10 item 3: TorchRL's loader keywords)",
+    reason="deliberate: split_trajs=True is refused with a TypeError naming "
+    "sampler=SliceSampler(slice_len=...); mixreplay keeps rows flat and marks trajectories "
+    "with ds.episode_starts (split_trajs=False is accepted)",
 )
 def test_rst_loading_example(local_rst_datasets):
     namespace: dict = {}

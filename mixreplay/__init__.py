@@ -2,31 +2,52 @@
 
 Every batch mixes an immutable offline dataset with fresh online experience in
 an exact, scheduled proportion. Start with :class:`OfflineToOnlineReplayBuffer`.
+
+The names below are imported on first use (PEP 562): ``import mixreplay`` alone
+costs nothing, so the ``mixreplay`` command can answer ``--help`` without
+loading torch; ``from mixreplay import ReplayBuffer`` imports what it needs.
 """
 
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING
+
 from mixreplay._version import __version__
-from mixreplay.buffer import ReplayBuffer
-from mixreplay.datasets import OfflineDataset, list_prefixes, load_dataset, register_dataset
-from mixreplay.errors import (
-    BufferActorError,
-    CheckpointError,
-    DatasetError,
-    DatasetNotFoundError,
-    EmptyBufferError,
-    MissingDependencyError,
-    MixreplayError,
-    ReadOnlyError,
-    SchemaMismatchError,
-)
-from mixreplay.mixing import MixtureReplayBuffer, OfflineToOnlineReplayBuffer
-from mixreplay.prefill import prefill_replay_buffer
-from mixreplay.samplers import RandomSampler, Sampler
-from mixreplay.samplers.prioritized import PrioritizedSampler
-from mixreplay.samplers.slice import SliceSampler
-from mixreplay.samplers.without_replacement import SamplerWithoutReplacement
-from mixreplay.schema import Field, Schema
-from mixreplay.split import split_counts
-from mixreplay.storage import FrozenStorage, LazyMemmapStorage, LazyTensorStorage, TensorStorage
+
+# every public name -> the module that defines it (the one place the mapping lives)
+_EXPORTS = {
+    "BufferActorError": "mixreplay.errors",
+    "CheckpointError": "mixreplay.errors",
+    "DatasetError": "mixreplay.errors",
+    "DatasetNotFoundError": "mixreplay.errors",
+    "EmptyBufferError": "mixreplay.errors",
+    "Field": "mixreplay.schema",
+    "FrozenStorage": "mixreplay.storage",
+    "LazyMemmapStorage": "mixreplay.storage",
+    "LazyTensorStorage": "mixreplay.storage",
+    "MissingDependencyError": "mixreplay.errors",
+    "MixreplayError": "mixreplay.errors",
+    "MixtureReplayBuffer": "mixreplay.mixing",
+    "OfflineDataset": "mixreplay.datasets",
+    "OfflineToOnlineReplayBuffer": "mixreplay.mixing",
+    "PrioritizedSampler": "mixreplay.samplers.prioritized",
+    "RandomSampler": "mixreplay.samplers",
+    "ReadOnlyError": "mixreplay.errors",
+    "ReplayBuffer": "mixreplay.buffer",
+    "Sampler": "mixreplay.samplers",
+    "SamplerWithoutReplacement": "mixreplay.samplers.without_replacement",
+    "Schema": "mixreplay.schema",
+    "SchemaMismatchError": "mixreplay.errors",
+    "SliceSampler": "mixreplay.samplers.slice",
+    "TensorStorage": "mixreplay.storage",
+    "list_prefixes": "mixreplay.datasets",
+    "load_dataset": "mixreplay.datasets",
+    "prefill_replay_buffer": "mixreplay.prefill",
+    "register_dataset": "mixreplay.datasets",
+    "split_counts": "mixreplay.split",
+}
 
 __all__ = [
     "BufferActorError",
@@ -60,3 +81,44 @@ __all__ = [
     "register_dataset",
     "split_counts",
 ]
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        # a submodule not imported yet (``import mixreplay; mixreplay.errors``)
+        if importlib.util.find_spec(f"{__name__}.{name}") is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return importlib.import_module(f"{__name__}.{name}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
+    from mixreplay.buffer import ReplayBuffer
+    from mixreplay.datasets import OfflineDataset, list_prefixes, load_dataset, register_dataset
+    from mixreplay.errors import (
+        BufferActorError,
+        CheckpointError,
+        DatasetError,
+        DatasetNotFoundError,
+        EmptyBufferError,
+        MissingDependencyError,
+        MixreplayError,
+        ReadOnlyError,
+        SchemaMismatchError,
+    )
+    from mixreplay.mixing import MixtureReplayBuffer, OfflineToOnlineReplayBuffer
+    from mixreplay.prefill import prefill_replay_buffer
+    from mixreplay.samplers import RandomSampler, Sampler
+    from mixreplay.samplers.prioritized import PrioritizedSampler
+    from mixreplay.samplers.slice import SliceSampler
+    from mixreplay.samplers.without_replacement import SamplerWithoutReplacement
+    from mixreplay.schema import Field, Schema
+    from mixreplay.split import split_counts
+    from mixreplay.storage import FrozenStorage, LazyMemmapStorage, LazyTensorStorage, TensorStorage

@@ -259,7 +259,7 @@ def run_demo(args: argparse.Namespace) -> int:
         UsageError: options that do not fit together.
     """
     check_dependencies()
-    from mixreplay.demo.progress import RunBars
+    from mixreplay.demo.progress import RunBars, RunLines
     from mixreplay.demo.report import format_summary, plot_curves, summarize, write_csv
     from mixreplay.demo.runner import default_workers, run_specs, start_workers
 
@@ -280,7 +280,9 @@ def run_demo(args: argparse.Namespace) -> int:
     start_workers()  # the workers' imports overlap with the dataset preparation
     prepare_dataset(args, specs)
 
-    with RunBars([_label(s) for s in specs], [s.steps for s in specs]) as bars:
+    # bars on a terminal; in a log (stderr redirected, CI) a line per run start and end
+    report = RunBars if sys.stderr.isatty() else RunLines
+    with report([_label(s) for s in specs], [s.steps for s in specs]) as bars:
         records = run_specs(
             specs,
             workers=workers,

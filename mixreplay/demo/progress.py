@@ -1,9 +1,12 @@
-"""Progress bars of ``mixreplay demo``: one per run, each with its own clock.
+"""Progress of ``mixreplay demo``: one bar per run, each with its own clock.
 
 A bar waits as ``queued`` until a worker starts its run, then counts that run's
 environment steps; its elapsed time and rate are the run's own (from its start to
 its end), not the time since the demo began. Runs share the cores, so a run's own
 time is what one arm on one seed took while its sibling ran beside it.
+
+Where stderr is not a terminal (a log file, CI), bars would leave a line per redraw:
+:class:`RunLines` prints one line when a run starts and one when it ends instead.
 
 Only :mod:`mixreplay.demo.cli` draws these (library code never prints); it
 imports this module when the demo starts, since it needs tqdm.
@@ -11,13 +14,14 @@ imports this module when the demo starts, since it needs tqdm.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from tqdm import tqdm
 
-__all__ = ["RunBar", "RunBars"]
+__all__ = ["RunBar", "RunBars", "RunLines"]
 
 # tqdm's default, without the colon it puts after the (padded) label
 _FORMAT = "{desc}  {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
@@ -138,6 +142,69 @@ class RunBars:
             bar.close()
 
     def __enter__(self) -> RunBars:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RunLines:
+    """The same reports as :class:`RunBars`, as plain lines: one per run start, one per run end.
+
+    Args:
+        labels: one label per run, in the order of the runs.
+        totals: each run's number of steps.
+        file: where to write (default stderr).
+        clock: seconds, monotonic (default :func:`time.monotonic`).
+
+    Examples:
+        >>> import io
+        >>> now, out = [0.0], io.StringIO()
+        >>> lines = RunLines(["online only, seed 0"], [2000], file=out, clock=lambda: now[0])
+        >>> lines.start(0); now[0] = 12.0; lines.advance(0, 2000); lines.finish(0)
+        >>> print(out.getvalue(), end="")
+        [   0 s] online only, seed 0: started
+        [  12 s] online only, seed 0: 2,000 steps in 12 s
+    """
+
+    def __init__(
+        self,
+        labels: Sequence[str],
+        totals: Sequence[int],
+        *,
+        file: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.labels = list(labels)
+        self.totals = list(totals)
+        self.file = file
+        self.clock = clock
+        self.origin = clock()
+        self.began: dict[int, float] = {}
+        self.steps = [0] * len(self.labels)
+
+    def _say(self, text: str) -> None:
+        file = sys.stderr if self.file is None else self.file
+        print(f"[{self.clock() - self.origin:4.0f} s] {text}", file=file, flush=True)
+
+    def start(self, index: int) -> None:
+        self.began[index] = self.clock()
+        self._say(f"{self.labels[index]}: started")
+
+    def advance(self, index: int, steps: int) -> None:
+        self.steps[index] += steps
+
+    def finish(self, index: int, _records: object = None) -> None:
+        took = self.clock() - self.began.get(index, self.origin)
+        self._say(f"{self.labels[index]}: {self.steps[index]:,} steps in {took:.0f} s")
+
+    def tick(self) -> None:
+        """Nothing to redraw."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+    def __enter__(self) -> RunLines:
         return self
 
     def __exit__(self, *exc: object) -> None:

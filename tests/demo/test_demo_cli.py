@@ -12,7 +12,7 @@ import pytest
 from mixreplay.cli import UsageError, main
 from mixreplay.demo.cli import DEPENDENCIES, QUICK, add_demo_parser, check_dependencies, run_demo
 from mixreplay.demo.config import ARMS, DEFAULTS
-from mixreplay.demo.progress import RunBars
+from mixreplay.demo.progress import RunBars, RunLines
 from mixreplay.demo.report import COLUMNS, read_csv, summarize
 from mixreplay.errors import MissingDependencyError
 
@@ -126,6 +126,28 @@ def test_bars_show_each_run_its_own_time():
     bars.close()
 
 
+def test_lines_in_a_log_show_each_run_its_own_time():
+    now = [0.0]
+    out = io.StringIO()
+    lines = RunLines(["a, seed 0", "b, seed 0"], [10, 10], file=out, clock=lambda: now[0])
+    lines.start(0)
+    now[0] = 3.0
+    lines.start(1)
+    lines.advance(0, 10)
+    now[0] = 8.0
+    lines.finish(0)
+    lines.advance(1, 10)
+    now[0] = 20.0
+    lines.finish(1)
+    lines.close()
+    assert out.getvalue().splitlines() == [
+        "[   0 s] a, seed 0: started",
+        "[   3 s] b, seed 0: started",
+        "[   8 s] a, seed 0: 10 steps in 8 s",
+        "[  20 s] b, seed 0: 10 steps in 17 s",
+    ]
+
+
 def check_outputs(out, *, seeds: int, steps: int, eval_every: int):
     records = read_csv(out / "results.csv")
     header = (out / "results.csv").read_text().splitlines()[0].split(",")
@@ -158,9 +180,15 @@ def test_quick_run_shows_the_offline_data_deciding_success(tmp_path, capsys, dem
         assert by_arm[arm]["seeds_reaching"] >= 1, by_arm[arm]
         assert by_arm[arm]["final_return"] > by_arm["online"]["final_return"] + 50, by_arm
         assert by_arm[arm]["final_train_success"] > by_arm["online"]["final_train_success"]
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
     for label in ("online only", "50/50 mixed", "anneal 0.5 -> 0", "wall time", "--quick: "):
-        assert label in printed
+        assert label in captured.out
+    # stderr is not a terminal here: one line per run start and end, no bars
+    for label in ("online only", "50/50 mixed", "anneal 0.5 -> 0"):
+        for seed in range(QUICK["seeds"]):
+            assert f"{label}, seed {seed}: started" in captured.err
+            assert f"{label}, seed {seed}: 2,000 steps in " in captured.err
+    assert "%|" not in captured.err
     assert "--quick: 2 seeds x 2,000 steps" in (out / "summary.txt").read_text()
     # the dataset went to the test's Minari root, the conversion cache to its mixreplay root
     assert (

@@ -14,6 +14,7 @@
    (no lock shared with the learner) at 2,000 rows/s.
 
     python benchmarks/bench_checkpoint.py [--rounds 3] [--filled 100000] [--capacity 1000000]
+        [--offline 1000000] [--seconds 3]
 """
 
 from __future__ import annotations
@@ -158,7 +159,7 @@ def sample_rate(rb, seconds: float) -> float:
 def bench_concurrency(args) -> list:
     import mixreplay
 
-    offline = mixreplay.OfflineDataset.from_tensordict(hopper_rows(1_000_000, seed=1))
+    offline = mixreplay.OfflineDataset.from_tensordict(hopper_rows(args.offline, seed=1))
     rb = mixreplay.OfflineToOnlineReplayBuffer(offline, online_capacity=args.filled, generator=0)
     rb.extend(hopper_rows(args.filled, seed=2))
     singles = [hopper_rows(1, seed=10 + i) for i in range(256)]
@@ -207,7 +208,7 @@ def bench_concurrency(args) -> list:
     run("sample(256) alone, again", None)
     base = results[0][1]
     print(
-        f"\nmixed sample(256), offline 1,000,000 rows, online {args.filled:,} rows, torch threads {torch.get_num_threads()}"
+        f"\nmixed sample(256), offline {args.offline:,} rows, online {args.filled:,} rows, torch threads {torch.get_num_threads()}"
     )
     print(
         f"{'learner':<36}{'µs/sample':>11}{'samples/s':>11}{'vs alone':>10}{'rows/s written':>16}"
@@ -226,6 +227,9 @@ def main(argv=None):
     p.add_argument("--filled", type=int, default=100_000)
     p.add_argument("--capacity", type=int, default=1_000_000)
     p.add_argument("--seconds", type=float, default=3.0, help="sampling time per concurrency case")
+    p.add_argument(
+        "--offline", type=int, default=1_000_000, help="offline rows of the concurrency buffer"
+    )
     p.add_argument(
         "--dir", default=None, help="where to write checkpoints (a temporary directory by default)"
     )

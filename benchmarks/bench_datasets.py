@@ -2,6 +2,7 @@
 
     python benchmarks/bench_datasets.py                 # everything (~4 GB of scratch disk)
     python benchmarks/bench_datasets.py --skip-big      # without the 4 GB dataset
+    python benchmarks/bench_datasets.py --quick         # tiny sizes, each figure once: a smoke test
 
 Every figure is measured in a fresh child process, so RSS deltas belong to the
 operation alone. Rows are Hopper-shaped: observation f32[11], action f32[3],
@@ -293,8 +294,15 @@ def main() -> None:
     parser.add_argument("--skip-peers", action="store_true", help="skip TorchRL")
     parser.add_argument("--repeat", type=int, default=3, help="conversions: best of this many runs")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sizes, every figure measured once (smoke test)"
+    )
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    opens_n = 3  # fresh processes per open figure, the best kept
+    if args.quick:
+        args.rows = args.convert_rows = 2000
+        args.big_gb, args.repeat, opens_n = 0.001, 1, 1
     if args.child:
         task, payload = args.child
         print(json.dumps(CHILDREN[task](*json.loads(payload))))
@@ -374,14 +382,15 @@ def main() -> None:
                 }
             )
             print(json.dumps(results[-1]), flush=True)
-            opens = [run_child("open", f"d4rl:{big_src}", 1000, env=env) for _ in range(3)]
+            opens = [run_child("open", f"d4rl:{big_src}", 1000, env=env) for _ in range(opens_n)]
             best = min(opens, key=lambda o: o["open_s"])
             results.append(
                 {"what": f"open cached d4rl: ({args.rows:,} rows) + 1000 sample(256)", **best}
             )
             print(json.dumps(results[-1]), flush=True)
             opens = [
-                run_child("open", "minari:bench/hopper-1000-v0", 1000, env=env) for _ in range(3)
+                run_child("open", "minari:bench/hopper-1000-v0", 1000, env=env)
+                for _ in range(opens_n)
             ]
             best = min(opens, key=lambda o: o["open_s"])
             results.append(
@@ -396,7 +405,7 @@ def main() -> None:
                 td.memmap_(str(td_dir))
                 del td
                 peer = min(
-                    (run_child("open_tensordict", str(td_dir), env=env) for _ in range(3)),
+                    (run_child("open_tensordict", str(td_dir), env=env) for _ in range(opens_n)),
                     key=lambda o: o["open_s"],
                 )
                 results.append(
@@ -419,7 +428,10 @@ def main() -> None:
             )
             t_write = time.perf_counter() - t0
             size = (path / "rows.bin").stat().st_size
-            opens = [run_child("open", f"memmap:{path}", 1000, env=env) for _ in range(2)]
+            opens = [
+                run_child("open", f"memmap:{path}", 1000, env=env)
+                for _ in range(max(1, opens_n - 1))
+            ]
             best = min(opens, key=lambda o: o["open_s"])
             results.append(
                 {

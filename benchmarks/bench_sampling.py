@@ -142,6 +142,16 @@ def main(argv=None) -> dict:
         lambda: raw(1024),
     )
     compare("extend(1 row)", lambda: m_ext.extend(one_row), lambda: t_ext.extend(one_row))
+
+    def m_step():  # a training step's buffer cost: one environment step in, one batch out
+        m_rb.extend(one_row)
+        m_rb.sample(256)
+
+    def t_step():
+        t_rb.extend(one_row)
+        t_rb.sample(256)
+
+    compare("step: extend(1)+sample(256)", m_step, t_step)
     compare(
         "extend(1000 rows)",
         lambda: m_ext.extend(thousand),
@@ -220,6 +230,34 @@ def extras(m_off, online_td, rounds: int, uniform_us: float) -> dict:
     )
     sl.extend(online_td)
     out["slices sample(256, slice_len=8)"] = best_of(lambda: sl.sample(256), rounds, 1000)
+
+    # A source with its own transform leaves the single packed gather: its rows are
+    # gathered, transformed, then aligned into the batch (issue 10.1).
+    def identity(td):
+        return td
+
+    tr = mixreplay.OfflineToOnlineReplayBuffer(
+        mixreplay.ReplayBuffer(storage=m_off.storage, transform=identity),
+        online_capacity=n_on,
+        generator=0,
+    )
+    tr.extend(online_td)
+    out["offline with a transform (identity)"] = best_of(lambda: tr.sample(256), rounds, 1000)
+    try:  # the sota script's case: float64 offline data cast by TorchRL's DoubleToFloat()
+        from torchrl.envs.transforms import DoubleToFloat
+
+        off64 = m_off.storage.to_tensordict().apply(
+            lambda t: t.double() if t.is_floating_point() else t
+        )
+        ds64 = mixreplay.OfflineDataset.from_tensordict(off64)
+        ds64.append_transform(DoubleToFloat())
+        d2f = mixreplay.OfflineToOnlineReplayBuffer(ds64, online_capacity=n_on, generator=0)
+        d2f.extend(online_td)
+        out["float64 offline + DoubleToFloat()"] = best_of(
+            lambda d2f=d2f: d2f.sample(256), rounds, 500
+        )
+    except ImportError:
+        pass
     print(f"{'operation':<34}{'µs':>10}{'vs uniform 2-source':>22}")
     for name, us in out.items():
         print(f"{name:<34}{us:10.1f}{us / uniform_us:21.2f}x")

@@ -20,28 +20,31 @@ from mixreplay._version import __version__
 _EXPORTS = {
     "BufferActorError": "mixreplay.errors",
     "CheckpointError": "mixreplay.errors",
+    "CheckpointNotFoundError": "mixreplay.errors",
     "DatasetError": "mixreplay.errors",
     "DatasetNotFoundError": "mixreplay.errors",
     "EmptyBufferError": "mixreplay.errors",
     "Field": "mixreplay.schema",
-    "FrozenStorage": "mixreplay.storage",
-    "LazyMemmapStorage": "mixreplay.storage",
-    "LazyTensorStorage": "mixreplay.storage",
+    "FrozenStorage": "mixreplay.storages",
+    "LazyMemmapStorage": "mixreplay.storages",
+    "LazyTensorStorage": "mixreplay.storages",
     "MissingDependencyError": "mixreplay.errors",
     "MixreplayError": "mixreplay.errors",
-    "MixtureReplayBuffer": "mixreplay.mixing",
-    "OfflineDataset": "mixreplay.datasets",
-    "OfflineToOnlineReplayBuffer": "mixreplay.mixing",
+    "MixtureReplayBuffer": "mixreplay.buffers",
+    "OfflineDataset": "mixreplay.buffers",
+    "OfflineToOnlineReplayBuffer": "mixreplay.buffers",
     "PrioritizedSampler": "mixreplay.samplers.prioritized",
+    "PriorityError": "mixreplay.errors",
     "RandomSampler": "mixreplay.samplers",
     "ReadOnlyError": "mixreplay.errors",
-    "ReplayBuffer": "mixreplay.buffer",
+    "ReplayBuffer": "mixreplay.buffers",
     "Sampler": "mixreplay.samplers",
     "SamplerWithoutReplacement": "mixreplay.samplers.without_replacement",
     "Schema": "mixreplay.schema",
     "SchemaMismatchError": "mixreplay.errors",
     "SliceSampler": "mixreplay.samplers.slice",
-    "TensorStorage": "mixreplay.storage",
+    "Storage": "mixreplay.storages",
+    "TensorStorage": "mixreplay.storages",
     "list_prefixes": "mixreplay.datasets",
     "load_dataset": "mixreplay.datasets",
     "prefill_replay_buffer": "mixreplay.prefill",
@@ -52,6 +55,7 @@ _EXPORTS = {
 __all__ = [
     "BufferActorError",
     "CheckpointError",
+    "CheckpointNotFoundError",
     "DatasetError",
     "DatasetNotFoundError",
     "EmptyBufferError",
@@ -65,6 +69,7 @@ __all__ = [
     "OfflineDataset",
     "OfflineToOnlineReplayBuffer",
     "PrioritizedSampler",
+    "PriorityError",
     "RandomSampler",
     "ReadOnlyError",
     "ReplayBuffer",
@@ -73,6 +78,7 @@ __all__ = [
     "Schema",
     "SchemaMismatchError",
     "SliceSampler",
+    "Storage",
     "TensorStorage",
     "__version__",
     "list_prefixes",
@@ -100,20 +106,26 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
-    from mixreplay.buffer import ReplayBuffer
-    from mixreplay.datasets import OfflineDataset, list_prefixes, load_dataset, register_dataset
+    from mixreplay.buffers import (
+        MixtureReplayBuffer,
+        OfflineDataset,
+        OfflineToOnlineReplayBuffer,
+        ReplayBuffer,
+    )
+    from mixreplay.datasets import list_prefixes, load_dataset, register_dataset
     from mixreplay.errors import (
         BufferActorError,
         CheckpointError,
+        CheckpointNotFoundError,
         DatasetError,
         DatasetNotFoundError,
         EmptyBufferError,
         MissingDependencyError,
         MixreplayError,
+        PriorityError,
         ReadOnlyError,
         SchemaMismatchError,
     )
-    from mixreplay.mixing import MixtureReplayBuffer, OfflineToOnlineReplayBuffer
     from mixreplay.prefill import prefill_replay_buffer
     from mixreplay.samplers import RandomSampler, Sampler
     from mixreplay.samplers.prioritized import PrioritizedSampler
@@ -121,4 +133,10 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from mixreplay.samplers.without_replacement import SamplerWithoutReplacement
     from mixreplay.schema import Field, Schema
     from mixreplay.split import split_counts
-    from mixreplay.storage import FrozenStorage, LazyMemmapStorage, LazyTensorStorage, TensorStorage
+    from mixreplay.storages import (
+        FrozenStorage,
+        LazyMemmapStorage,
+        LazyTensorStorage,
+        Storage,
+        TensorStorage,
+    )

@@ -51,28 +51,34 @@ def check_int(
     *,
     min: int | None = None,
     max: int | None = None,
+    what: str = "",
     hint: str = "",
 ) -> int:
     """``value`` as a Python int within ``[min, max]``.
 
     Accepts anything with ``__index__`` (NumPy integers, 0-dim integer tensors).
+    ``what`` replaces "an int" in messages (e.g. ``"a positive number of rows"``).
 
     Raises:
         TypeError: not an integer (``bool`` and floats included, even ``2.0``).
         ValueError: outside ``[min, max]``.
     """
+    kind = what or "an int"
     if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {describe(value)}{_fix(hint)}")
+        raise TypeError(f"{name} must be {kind}, got {describe(value)}{_fix(hint)}")
     try:
         out = operator.index(value)
     except TypeError:
-        raise TypeError(f"{name} must be an int, got {describe(value)}{_fix(hint)}") from None
+        raise TypeError(f"{name} must be {kind}, got {describe(value)}{_fix(hint)}") from None
     if (min is not None and out < min) or (max is not None and out > max):
-        raise ValueError(f"{name} must be an int {_interval(min, max)}, got {out}{_fix(hint)}")
+        bounds = what or f"an int {_interval(min, max)}"
+        raise ValueError(f"{name} must be {bounds}, got {out}{_fix(hint)}")
     return out
 
 
-def _interval(lo: float | None, hi: float | None, open_lo: bool = False, open_hi: bool = False) -> str:
+def _interval(
+    lo: float | None, hi: float | None, open_lo: bool = False, open_hi: bool = False
+) -> str:
     if lo is not None and hi is not None:
         return f"in {'(' if open_lo else '['}{lo:g}, {hi:g}{')' if open_hi else ']'}"
     if lo is not None:
@@ -90,6 +96,7 @@ def check_real(
     max: float | None = None,
     open_min: bool = False,
     open_max: bool = False,
+    what: str = "",
     hint: str = "",
 ) -> float:
     """``value`` as a finite Python float within the given bounds.
@@ -100,15 +107,16 @@ def check_real(
         TypeError: not a real number.
         ValueError: NaN, infinite, or out of bounds.
     """
+    kind = what or "a number"
     if isinstance(value, (bool, str, bytes)):
-        raise TypeError(f"{name} must be a number, got {describe(value)}{_fix(hint)}")
+        raise TypeError(f"{name} must be {kind}, got {describe(value)}{_fix(hint)}")
     if isinstance(value, numbers.Real):
         out = float(value)
     else:
         try:
             out = float(value)  # 0-dim tensors, NumPy scalars
         except (TypeError, ValueError, RuntimeError):
-            raise TypeError(f"{name} must be a number, got {describe(value)}{_fix(hint)}") from None
+            raise TypeError(f"{name} must be {kind}, got {describe(value)}{_fix(hint)}") from None
     bad = not math.isfinite(out)
     if min is not None:
         bad = bad or (out <= min if open_min else out < min)
@@ -116,7 +124,8 @@ def check_real(
         bad = bad or (out >= max if open_max else out > max)
     if bad:
         where = _interval(min, max, open_min, open_max)
-        raise ValueError(f"{name} must be a finite number {where}, got {out!r}{_fix(hint)}".replace("  ", " "))
+        what = f"a finite number {where}" if where else "a finite number"
+        raise ValueError(f"{name} must be {what}, got {out!r}{_fix(hint)}")
     return out
 
 
@@ -152,10 +161,10 @@ def check_choice(value: Any, name: str, choices: Collection[Any]) -> Any:
     return value
 
 
-def check_path(value: Any, name: str) -> Path:
+def check_path(value: Any, name: str, *, what: str = "a path") -> Path:
     """``value`` (a ``str`` or ``os.PathLike``) as an expanded :class:`~pathlib.Path`."""
     if isinstance(value, bool) or not isinstance(value, (str, os.PathLike)):
-        raise TypeError(f"{name} must be a path (str or os.PathLike), got {describe(value)}")
+        raise TypeError(f"{name} must be {what} (str or os.PathLike), got {describe(value)}")
     if isinstance(value, str) and not value:
         raise ValueError(f"{name} must be a non-empty path, got ''")
     return Path(value).expanduser()

@@ -14,6 +14,7 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -33,7 +34,7 @@ class _Progress:
     def __init__(self, desc: str):
         self.desc = desc
         self.total: int | None = None
-        self.bar = None  # None: not started; False: no tqdm
+        self.bar: Any = None  # None: not started; False: no tqdm; else the tqdm bar
 
     def set_total(self, total: int) -> None:
         self.total = total

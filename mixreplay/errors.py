@@ -7,10 +7,13 @@ mixreplay::
     MixreplayError
     ├── SchemaMismatchError(ValueError)      keys, dtypes or shapes disagree
     ├── EmptyBufferError(RuntimeError)       sampling with no rows anywhere
+    ├── PriorityError(ValueError)            a priority update holds NaN, inf or a bad shape
     ├── ReadOnlyError(TypeError)             writing to offline (read-only) data
     ├── DatasetError(ValueError)             an ID or file cannot be resolved or read
-    │   └── DatasetNotFoundError(FileNotFoundError)
+    │   ├── DatasetNotFoundError(FileNotFoundError)
+    │   └── DatasetPrefixTakenError(KeyError)  a dataset prefix is registered already
     ├── CheckpointError(ValueError)          a checkpoint is corrupt or does not fit
+    │   └── CheckpointNotFoundError(FileNotFoundError)
     ├── BufferActorError(RuntimeError)       the Ray actor hosting a buffer is dead or unreachable
     └── MissingDependencyError(ImportError)  an optional extra is not installed
 
@@ -23,11 +26,14 @@ from __future__ import annotations
 __all__ = [
     "BufferActorError",
     "CheckpointError",
+    "CheckpointNotFoundError",
     "DatasetError",
     "DatasetNotFoundError",
+    "DatasetPrefixTakenError",
     "EmptyBufferError",
     "MissingDependencyError",
     "MixreplayError",
+    "PriorityError",
     "ReadOnlyError",
     "SchemaMismatchError",
 ]
@@ -45,6 +51,18 @@ class EmptyBufferError(MixreplayError, RuntimeError):
     """A sample was requested from a buffer that holds no rows."""
 
 
+class PriorityError(MixreplayError, ValueError):
+    """A priority update is invalid (NaN or infinite values, a count that does not match).
+
+    Attributes:
+        position: where the first bad priority is in the update as passed, if known.
+    """
+
+    def __init__(self, message: str, *, position: int | None = None):
+        super().__init__(message)
+        self.position = position
+
+
 class ReadOnlyError(MixreplayError, TypeError):
     """A write was attempted on read-only (offline) data."""
 
@@ -57,8 +75,18 @@ class DatasetNotFoundError(DatasetError, FileNotFoundError):
     """A dataset ID or path points to nothing on disk."""
 
 
+class DatasetPrefixTakenError(DatasetError, KeyError):
+    """A dataset prefix is registered already (a ``KeyError``, the type TorchRL raises)."""
+
+    __str__ = BaseException.__str__  # KeyError's own would print the message quoted
+
+
 class CheckpointError(MixreplayError, ValueError):
     """A checkpoint is missing, corrupt, or does not match the buffer loading it."""
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """A checkpoint path points to nothing on disk."""
 
 
 class BufferActorError(MixreplayError, RuntimeError):

@@ -41,8 +41,11 @@ import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
+from typing import Any
 
 import torch
+
+from mixreplay._validate import check_bool, check_int
 
 __all__ = ["Prefetcher", "check_pin_memory", "check_prefetch", "pin"]
 
@@ -53,12 +56,13 @@ def check_prefetch(prefetch, batch_size) -> int:
     """Validate ``prefetch`` (``None``/0 or a positive int); a prefetching buffer needs a batch size."""
     if prefetch is None:
         return 0
-    if isinstance(prefetch, bool) or not isinstance(prefetch, int):
-        raise TypeError(
-            f"prefetch must be an int (batches kept ready) or None, got {type(prefetch).__name__} {prefetch!r}"
-        )
-    if prefetch < 0:
-        raise ValueError(f"prefetch must be >= 0 batches, got {prefetch}; use prefetch=2 or None")
+    prefetch = check_int(
+        prefetch,
+        "prefetch",
+        min=0,
+        what="an int >= 0 (batches kept ready) or None",
+        hint="e.g. prefetch=2",
+    )
     if prefetch and batch_size is None:
         raise ValueError(
             f"prefetch={prefetch} needs batch_size= at construction: the worker draws batches "
@@ -69,10 +73,7 @@ def check_prefetch(prefetch, batch_size) -> int:
 
 def check_pin_memory(pin_memory) -> bool:
     """Validate ``pin_memory``; pinned memory needs an accelerator."""
-    if not isinstance(pin_memory, bool):
-        raise TypeError(
-            f"pin_memory must be a bool, got {type(pin_memory).__name__} {pin_memory!r}"
-        )
+    check_bool(pin_memory, "pin_memory")
     if pin_memory and not torch.cuda.is_available():
         raise ValueError(
             "pin_memory=True needs a CUDA device (pinned host memory only speeds up copies to "
@@ -112,9 +113,10 @@ class Prefetcher:
     ):
         # Weak references to the owner's methods: the owner holds the prefetcher, and a buffer
         # dropped by the user is freed (and its thread stopped) without waiting for the GC.
-        self._draw, self._snapshot, self._restore, self._ran_out = (
-            weakref.WeakMethod(f) for f in (draw, snapshot, restore, ran_out)
-        )
+        self._draw: weakref.WeakMethod[Any] = weakref.WeakMethod(draw)
+        self._snapshot: weakref.WeakMethod[Any] = weakref.WeakMethod(snapshot)
+        self._restore: weakref.WeakMethod[Any] = weakref.WeakMethod(restore)
+        self._ran_out: weakref.WeakMethod[Any] = weakref.WeakMethod(ran_out)
         self.depth = depth
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mixreplay-prefetch")
         self._queue: collections.deque[Future] = collections.deque()

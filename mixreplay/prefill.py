@@ -3,35 +3,40 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import torch
+from tensordict import TensorDictBase
 
-from mixreplay.buffer import check_batch_size, make_generator
+from mixreplay._validate import check_int
+from mixreplay.buffers.replay import ReplayBuffer, check_batch_size, make_generator
 
 __all__ = ["prefill_replay_buffer"]
 
 log = logging.getLogger(__name__)
 
 
-def _read_rows(dataset, index: torch.Tensor):
-    """Rows ``index`` of ``dataset`` without sampling: by position if it allows it."""
-    storage = getattr(dataset, "storage", None)
-    for reader in (getattr(storage, "gather", None), getattr(dataset, "__getitem__", None)):
-        if reader is None:
-            continue
-        try:
-            return reader(index)
-        except (TypeError, NotImplementedError, IndexError, KeyError):
-            continue
-    raise TypeError(
-        f"{type(dataset).__name__} cannot be read by row position (it has neither storage.gather "
-        "nor __getitem__ with a tensor index); prefill copies each row once, so it needs one"
-    )
+def _read_rows(dataset: Any, index: torch.Tensor) -> TensorDictBase:
+    """Rows ``index`` of ``dataset`` without sampling: by position."""
+    if isinstance(dataset, ReplayBuffer):
+        return dataset.storage.gather(index)
+    try:  # a foreign dataset (TorchRL's) reads rows by position with __getitem__
+        return dataset[index]
+    except (TypeError, NotImplementedError, IndexError, KeyError):
+        raise TypeError(
+            f"{type(dataset).__name__} cannot be read by row position (it has no __getitem__ "
+            "taking a tensor of indices); prefill copies each row once, so it needs one"
+        ) from None
 
 
 def prefill_replay_buffer(
-    rb, dataset, n_samples: int | None = None, chunk_size: int = 1000, *, generator=None
-):
+    rb: Any,
+    dataset: Any,
+    n_samples: int | None = None,
+    chunk_size: int = 1000,
+    *,
+    generator: torch.Generator | int | None = None,
+) -> Any:
     """Copy rows of ``dataset`` into ``rb``, each row at most once, in chunks.
 
     With ``n_samples`` unset (or >= the dataset's size) every row is copied, in
@@ -60,19 +65,14 @@ def prefill_replay_buffer(
         >>> len(rb), rb[:].get("obs").unique().numel()
         (200, 200)
     """
-    chunk_size = check_batch_size(chunk_size, name="chunk_size", allow_none=False)
+    chunk_size = check_batch_size(chunk_size, name="chunk_size")
     if isinstance(dataset, str):
         from mixreplay.datasets import load_dataset
 
         dataset = load_dataset(dataset, batch_size=chunk_size)
     total = len(dataset)
     if n_samples is not None:
-        if isinstance(n_samples, bool) or not isinstance(n_samples, int):
-            raise TypeError(
-                f"n_samples must be an int or None, got {type(n_samples).__name__} {n_samples!r}"
-            )
-        if n_samples < 0:
-            raise ValueError(f"n_samples must be >= 0, got {n_samples}")
+        n_samples = check_int(n_samples, "n_samples", min=0, what="an int >= 0 or None")
     if n_samples is None or n_samples >= total:
         order = None
         count = total

@@ -10,6 +10,7 @@ gives the same value, and a checkpoint stores it as a small JSON dict::
     ├── Cosine             half a cosine from start to end, then flat
     ├── Exponential        geometric from start to end, then flat
     ├── Piecewise          linear between knots, flat outside
+    ├── Anneal             the reference's anneal: start * max(0, 1 - step / total_steps)
     ├── Proportional       a source's share of all rows (needs the source sizes)
     └── CallableSchedule   any plain function of the step (not storable)
 
@@ -31,7 +32,10 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from mixreplay._validate import check_int, check_real
+
 __all__ = [
+    "Anneal",
     "CallableSchedule",
     "Constant",
     "Cosine",
@@ -48,35 +52,40 @@ __all__ = [
 
 
 def _unit_value(value: Any, name: str) -> float:
-    """A finite float in ``[0, 1]``, or ValueError showing the rejected value."""
+    """A finite float in ``[0, 1]`` (NumPy and 0-dim torch scalars accepted)."""
+    return check_real(value, name, min=0.0, max=1.0, what="a number in [0, 1]")
+
+
+def check_step(value: Any) -> int | float:
+    """A step: a number ``>= 0`` (an int usually; floats like ``1e6`` and NumPy/torch scalars too)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError(f"step must be a number >= 0, got {value}")
+        return value
     if isinstance(value, (bool, str, bytes)):
-        raise TypeError(f"{name} must be a number in [0, 1], got {type(value).__name__} {value!r}")
-    if not isinstance(value, (int, float)):
-        try:
-            value = float(value)  # numpy and 0-d torch scalars
-        except (TypeError, ValueError):
-            raise TypeError(
-                f"{name} must be a number in [0, 1], got {type(value).__name__} {value!r}"
-            ) from None
-    value = float(value)
-    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-        raise ValueError(f"{name} must be a finite number in [0, 1], got {value!r}")
-    return value
+        raise TypeError(f"step must be a number >= 0, got {type(value).__name__} {value!r}")
+    try:
+        index = operator.index(value)  # NumPy integers, integer tensors
+    except TypeError:
+        pass
+    else:
+        if index < 0:
+            raise ValueError(f"step must be a number >= 0, got {index}")
+        return index
+    try:
+        out = float(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(
+            f"step must be a number >= 0, got {type(value).__name__} {value!r}"
+        ) from None
+    if not math.isfinite(out) or out < 0:
+        raise ValueError(f"step must be a finite number >= 0, got {out!r}")
+    return int(out) if out.is_integer() else out
 
 
 def _count(value: Any, name: str) -> int:
-    """An int ``>= 0`` (numpy and torch integers accepted), or an error showing the value."""
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int >= 0, got bool {value!r}")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(
-            f"{name} must be an int >= 0, got {type(value).__name__} {value!r}"
-        ) from None
-    if value < 0:
-        raise ValueError(f"{name} must be an int >= 0, got {value}")
-    return value
+    """An int ``>= 0`` (NumPy and torch integers accepted)."""
+    return check_int(value, name, min=0, what="an int >= 0")
 
 
 def _clamp(x: float, a: float, b: float) -> float:
@@ -123,12 +132,10 @@ class Schedule:
             )
         Schedule._registry[name] = cls
 
-    def __call__(self, step: int, sizes: Mapping[str, int] | None = None) -> float:
-        """The value at ``step`` (an int ``>= 0``), a float in ``[0, 1]``."""
-        if type(step) is not int:
-            step = _count(step, "step")
-        elif step < 0:
-            raise ValueError(f"step must be an int >= 0, got {step}")
+    def __call__(self, step: int | float, sizes: Mapping[str, int] | None = None) -> float:
+        """The value at ``step`` (a number ``>= 0``, usually an int), a float in ``[0, 1]``."""
+        if type(step) is not int or step < 0:
+            step = check_step(step)
         v = self.value(step, sizes)
         if not 0.0 <= v <= 1.0:  # also rejects NaN
             raise ValueError(
@@ -136,7 +143,7 @@ class Schedule:
             )
         return v
 
-    def value(self, step: int, sizes: Mapping[str, int] | None = None) -> float:
+    def value(self, step: int | float, sizes: Mapping[str, int] | None = None) -> float:
         """The value at a validated ``step``; implemented by subclasses."""
         raise NotImplementedError
 
@@ -362,7 +369,8 @@ class Piecewise(Schedule):
             )
         if len(knots) == 0:
             raise ValueError("Piecewise needs at least one (step, value) knot, got []")
-        steps, values = [], []
+        steps: list[int] = []
+        values: list[float] = []
         for i, knot in enumerate(knots):
             if isinstance(knot, (str, bytes)) or not isinstance(knot, Sequence) or len(knot) != 2:
                 raise ValueError(f"Piecewise knot {i} must be a (step, value) pair, got {knot!r}")
@@ -395,6 +403,50 @@ class Piecewise(Schedule):
 
     def params(self) -> dict[str, Any]:
         return {"knots": [[s, v] for s, v in zip(self._steps, self._values, strict=True)]}
+
+
+class Anneal(Schedule):
+    """The reference's anneal: ``start * max(0, 1 - step / total_steps)``.
+
+    What :meth:`OfflineToOnlineReplayBuffer.anneal(step, total_steps)
+    <mixreplay.OfflineToOnlineReplayBuffer.anneal>` installs, computed exactly as
+    TorchRL computes it.
+
+    Args:
+        start: value at step 0, in ``[0, 1]``.
+        total_steps: the step where the value reaches 0, a number ``> 0``.
+
+    Examples:
+        >>> from mixreplay.schedules import Anneal
+        >>> a = Anneal(0.5, total_steps=1e6)
+        >>> a(0), a(250_000), a(2_000_000)
+        (0.5, 0.375, 0.0)
+    """
+
+    def __init__(self, start: float, total_steps: float):
+        self._start = _unit_value(start, "Anneal start")
+        if isinstance(total_steps, (bool, str, bytes)):
+            raise TypeError(
+                f"total_steps must be a number > 0, got {type(total_steps).__name__} {total_steps!r}"
+            )
+        try:
+            total = float(total_steps)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(
+                f"total_steps must be a number > 0, got {type(total_steps).__name__} {total_steps!r}"
+            ) from None
+        if not math.isfinite(total) or total <= 0:
+            raise ValueError(
+                f"total_steps must be a finite number > 0 (the step where the fraction reaches 0), "
+                f"got {total_steps!r}"
+            )
+        self._total = int(total) if total.is_integer() else total
+
+    def value(self, step, sizes=None) -> float:
+        return self._start * max(0.0, 1.0 - step / self._total)
+
+    def params(self) -> dict[str, Any]:
+        return {"start": self._start, "total_steps": self._total}
 
 
 # -- schedules of the data -------------------------------------------------------------------

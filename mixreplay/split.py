@@ -11,6 +11,8 @@ import math
 from collections.abc import Sequence
 from fractions import Fraction
 
+from mixreplay._validate import check_int
+
 __all__ = ["split_counts"]
 
 
@@ -28,7 +30,10 @@ def split_counts(batch_size: int, fractions: Sequence[float]) -> list[int]:
     that floating-point ``round`` directly, as the reference does; three or more
     use exact rational quotas, so ties are never artefacts of rounding.)
 
-    When every fraction is 0 the units are split as if the fractions were equal.
+    Sources whose fraction is 0 get 0 and take no part in the split (adding one
+    never changes the others' counts). When every fraction is 0 the units are
+    split as if the fractions were equal. Huge weights are compared exactly (their
+    sum may overflow a float; the split does not).
 
     Args:
         batch_size: units to split (rows, or slices for slice samplers); ``>= 0``.
@@ -48,6 +53,8 @@ def split_counts(batch_size: int, fractions: Sequence[float]) -> list[int]:
     n = len(fractions)
     if n == 0:
         raise ValueError("split_counts needs at least one source fraction")
+    if type(batch_size) is not int or batch_size < 0:
+        batch_size = check_int(batch_size, "batch_size", min=0)
     if n == 2:  # the hot path of the two-source buffer; same rule, fewer steps
         f0, f1 = fractions
         if f0 < 0 or f1 < 0 or not (math.isfinite(f0) and math.isfinite(f1)):
@@ -55,9 +62,23 @@ def split_counts(batch_size: int, fractions: Sequence[float]) -> list[int]:
         total = f0 + f1
         if total == 0:
             f0, total = 0.5, 1.0
+        elif math.isinf(total):  # two huge weights: compare them, not their overflowing sum
+            top = max(f0, f1)
+            f0, total = f0 / top, f0 / top + f1 / top
         q0 = batch_size * f0 if total == 1.0 else batch_size * (f0 / total)
         k0 = round(q0)
         return [k0, batch_size - k0]
+    _check(fractions)
+    # Sources of weight 0 get nothing and take no part in the split, so adding one never
+    # changes the others' counts (split_counts(2, [.1, .3]) == split_counts(2, [.1, .3, 0])[:2]).
+    live = [i for i, f in enumerate(fractions) if f > 0]
+    if live and len(live) < n:
+        counts = [0] * n
+        for i, c in zip(live, split_counts(batch_size, [fractions[i] for i in live])):
+            counts[i] = c
+        return counts
+    if len(live) == 1:
+        return [batch_size]
     return list(_largest_remainder(batch_size, tuple(fractions)))
 
 

@@ -29,7 +29,7 @@ from mixreplay import (
 )
 from mixreplay.datasets.memmap import write_memmap_dataset
 from tests.conftest import ted_rows
-from tests.test_checkpoint import assert_state_equal
+from tests.helpers import assert_state_equal
 
 OFFLINE = OfflineDataset.from_tensordict(ted_rows(50, tag=7.0))
 
@@ -87,7 +87,8 @@ def refused_unchanged(rb, call, err, match) -> None:
         (
             dict(sampler="uniform"),
             TypeError,
-            r"sampler must be a mixreplay Sampler \(RandomSampler, PrioritizedSampler, SliceSampler\), got str",
+            r"sampler must be a mixreplay Sampler \(RandomSampler, PrioritizedSampler, SliceSampler, "
+            r"SamplerWithoutReplacement\), got str 'uniform'",
         ),
         (dict(sampler=RandomSampler), TypeError, "sampler must be a mixreplay Sampler .* got type"),
         (dict(batch_size=1.5), TypeError, "batch_size must be a positive int, got float 1.5"),
@@ -96,7 +97,8 @@ def refused_unchanged(rb, call, err, match) -> None:
         (
             dict(generator=1.5),
             TypeError,
-            r"generator must be a torch.Generator or an int seed, got float; e.g. generator=torch.Generator\(\).manual_seed\(0\)",
+            r"generator must be a torch.Generator or an int seed, got float 1.5; e.g. generator=0 or "
+            r"generator=torch.Generator\(\).manual_seed\(0\)",
         ),
         (dict(transform="scale"), TypeError, "transform must be callable, got str"),
     ],
@@ -130,7 +132,11 @@ def test_replay_buffer_constructor(kwargs, err, match):
             ValueError,
             "max_size must be a positive number of rows, got -3",
         ),
-        (lambda: LazyTensorStorage("4"), TypeError, "max_size must be an int, got str '4'"),
+        (
+            lambda: LazyTensorStorage("4"),
+            TypeError,
+            "max_size must be a positive number of rows, got str '4'",
+        ),
         (
             lambda: RandomSampler(replacement="no"),
             TypeError,
@@ -178,7 +184,11 @@ def test_storage_and_sampler_constructors(make, err, match):
             ValueError,
             r"CallableSchedule\(.*\) returned nan at step 0; a schedule's values must lie in \[0, 1\]",
         ),
-        (dict(online_capacity="100"), TypeError, "online_capacity must be an int, got str '100'"),
+        (
+            dict(online_capacity="100"),
+            TypeError,
+            "online_capacity must be a positive number of rows, got str '100'",
+        ),
         (
             dict(online_capacity=-1),
             ValueError,
@@ -239,13 +249,14 @@ def test_offline_to_online_constructor(kwargs, err, match):
             ({"a": LazyTensorStorage(4)}, {"a": "0.5"}),
             {},
             TypeError,
-            r"fractions\['a'\]: expected a fraction in \[0, 1\], a Schedule or a function of the step, got str '0.5'",
+            r"fractions\['a'\] must be a number >= 0 \(a weight\), a Schedule or a function of the step, "
+            r"got str '0.5'",
         ),
         (
             ({"a": LazyTensorStorage(4)}, {"a": math.inf}),
             {},
             ValueError,
-            r"fractions\['a'\] must be finite and >= 0, got inf",
+            r"fractions\['a'\] must be a finite number >= 0, got inf",
         ),
         (
             ({"a": LazyTensorStorage(4)}, {"a": 1}),
@@ -477,8 +488,8 @@ def test_schedules_that_return_nan_change_nothing():
 @pytest.mark.parametrize(
     "step, total, err, match",
     [
-        (math.nan, 10, TypeError, "step must be an int, got float nan"),
-        (1, math.inf, TypeError, "total_steps must be an int, got float inf"),
+        (math.nan, 10, ValueError, "step must be a finite number >= 0, got nan"),
+        (1, math.inf, ValueError, "total_steps must be a finite number > 0 .*got inf"),
     ],
 )
 def test_anneal_with_nan_or_inf(step, total, err, match):

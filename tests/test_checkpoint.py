@@ -30,81 +30,15 @@ from mixreplay import (
     RandomSampler,
     ReplayBuffer,
 )
-from mixreplay.checkpoint import METADATA, read_state
+from mixreplay.checkpoint import load_state
 from mixreplay.datasets.memmap import load_memmap, write_memmap_dataset
-
-try:  # the prioritized sampler and the schedules are built alongside this module
-    from mixreplay.samplers import PrioritizedSampler, SliceSampler
-    from mixreplay.schedules import Cosine, Linear, Proportional
-
-    HAVE_EXTRAS = True
-except ImportError:  # pragma: no cover
-    HAVE_EXTRAS = False
-
-needs_extras = pytest.mark.skipif(
-    not HAVE_EXTRAS, reason="mixreplay.schedules / samplers.prioritized not importable yet"
-)
-
-OFFLINE_BASE = -1000  # offline row i has id OFFLINE_BASE + i; online ids count from 0
-
-
-def id_rows(start: int, n: int) -> TensorDict:
-    """TED rows whose every leaf encodes the row's id (episodes end every 5 ids)."""
-    ids = torch.arange(start, start + n)
-    f = ids.to(torch.float32).unsqueeze(-1)
-    end = (ids % 5 == 4).unsqueeze(-1)
-    return TensorDict(
-        {
-            "observation": f.expand(n, 3).clone(),
-            "action": f.expand(n, 2).clone(),
-            "done": end.clone(),
-            "terminated": end.clone(),
-            "truncated": torch.zeros(n, 1, dtype=torch.bool),
-            "next": {
-                "observation": (f + 0.5).expand(n, 3).clone(),
-                "reward": f.clone(),
-                "done": end.clone(),
-                "terminated": end.clone(),
-                "truncated": torch.zeros(n, 1, dtype=torch.bool),
-            },
-        },
-        batch_size=[n],
-    )
-
+from mixreplay.persist.container import _checksum
+from mixreplay.samplers import PrioritizedSampler, SliceSampler
+from mixreplay.schedules import Cosine, Linear, Proportional
+from tests.helpers import OFFLINE_BASE, assert_same, assert_state_equal, id_rows, ids
 
 OFFLINE = OfflineDataset.from_tensordict(id_rows(OFFLINE_BASE, 300))
-
-
-def ids(batch) -> list[int]:
-    return batch["next", "reward"].squeeze(-1).long().tolist()
-
-
-def assert_same(x, y) -> None:
-    """Two TensorDicts (or tuples of them) hold the same keys and equal tensors."""
-    if isinstance(x, tuple):
-        for a, b in zip(x, y, strict=True):
-            assert_same(a, b)
-        return
-    kx = sorted(x.keys(include_nested=True, leaves_only=True), key=str)
-    ky = sorted(y.keys(include_nested=True, leaves_only=True), key=str)
-    assert kx == ky
-    for k in kx:
-        assert torch.equal(x[k], y[k]), k
-
-
-def assert_state_equal(a, b, where="state") -> None:
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert isinstance(b, dict) and set(a) == set(b), where
-        for k in a:
-            assert_state_equal(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (u, v) in enumerate(zip(a, b)):
-            assert_state_equal(u, v, f"{where}[{i}]")
-    else:
-        assert a == b, f"{where}: {a!r} != {b!r}"
+METADATA = "metadata.json"
 
 
 # -- the buffers under test -------------------------------------------------------------------
@@ -175,16 +109,15 @@ def _mixture(capacity, tmp):
     )
 
 
-BUILDERS = {"replay": _replay, "replay-memmap": _replay_memmap, "o2o": _o2o}
-if HAVE_EXTRAS:
-    BUILDERS.update(
-        {
-            "o2o-prioritized": _o2o_prioritized,
-            "o2o-linear": _o2o_linear,
-            "o2o-proportional": _o2o_proportional,
-            "mixture": _mixture,
-        }
-    )
+BUILDERS = {
+    "replay": _replay,
+    "replay-memmap": _replay_memmap,
+    "o2o": _o2o,
+    "o2o-prioritized": _o2o_prioritized,
+    "o2o-linear": _o2o_linear,
+    "o2o-proportional": _o2o_proportional,
+    "mixture": _mixture,
+}
 
 
 def write(rb, start: int, n: int) -> None:
@@ -201,11 +134,11 @@ def step(rb, k: int, gen: random.Random) -> tuple:
     out = rb.sample(return_info=True)
     info = out[1]
     if isinstance(rb, ReplayBuffer):
-        if isinstance(rb.sampler, PrioritizedSampler if HAVE_EXTRAS else ()):
+        if isinstance(rb.sampler, PrioritizedSampler):
             rb.update_priority(
                 info["index"], torch.tensor([gen.random() for _ in range(info.batch_size[0])])
             )
-    elif HAVE_EXTRAS:
+    else:
         rb.update_priority(
             info, torch.tensor([gen.random() * 3 for _ in range(info.batch_size[0])])
         )
@@ -245,7 +178,6 @@ def test_loaded_twin_draws_the_same_batches_across_wrap_states(kind, capacity, c
             assert_same(step(a, k, g_a), step(b, k, g_b))
 
 
-@needs_extras
 def test_slices_resume_exactly(tmp_path):
     def make():
         return ReplayBuffer(
@@ -328,7 +260,6 @@ def test_only_filled_rows_are_written_and_offline_is_referenced(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["ck"]  # no temporary or aside directory left
 
 
-@needs_extras
 def test_metadata_records_the_run(tmp_path):
     ds_path = write_memmap_dataset(
         tmp_path / "ds", id_rows(OFFLINE_BASE, 300), source_id="test:ids-v0"
@@ -346,9 +277,11 @@ def test_metadata_records_the_run(tmp_path):
     rb.set_step(4)
     rb.dumps(tmp_path / "ck")
     meta = json.loads((tmp_path / "ck" / METADATA).read_text())
-    assert meta["format"] == "mixreplay-checkpoint" and meta["format_version"] == 1
+    assert meta["format"] == "mixreplay-checkpoint" and meta["format_version"] == 2
     assert meta["mixreplay_version"] and meta["checksum"].startswith("sha256:")
-    online = meta["sources"]["online"]["storage"]
+    state = meta["state"]
+    assert state["kind"] == "OfflineToOnlineReplayBuffer"
+    online = state["sources"]["online"]["storage"]
     assert (online["max_size"], online["len"], online["cursor"], online["write_count"]) == (
         7,
         7,
@@ -357,20 +290,19 @@ def test_metadata_records_the_run(tmp_path):
     )
     assert online["schema"] == ds.schema.to_json()
     assert online["rows"]["__tensor__"]["shape"] == [7, ds.storage.layout.row_words]
-    ref = meta["sources"]["offline"]["reference"]
-    assert ref["fingerprint"] == ds.fingerprint and ref["source_id"] == "test:ids-v0"
-    assert ref["path"] == str(ds_path) and ref["rows"] == 300
-    mixing = meta["mixing"]
-    assert mixing["schedule"] == {"type": "Linear", "start": 0.75, "end": 0.25, "steps": 10}
-    assert mixing["step"] == 4 and mixing["base_offline_fraction"] == 0.75
-    assert mixing["offline_fraction"] == pytest.approx(0.55)
-    sampler = meta["sources"]["online"]["sampler"]
+    offline = state["sources"]["offline"]
+    ref = offline["storage"]
+    assert ref["reference"] and ref["fingerprint"] == ds.fingerprint and ref["rows"] == 300
+    assert offline["reference"] == {"source_id": "test:ids-v0", "path": str(ds_path)}
+    fraction = state["fraction"]
+    assert fraction["schedule"] == {"type": "Linear", "start": 0.75, "end": 0.25, "steps": 10}
+    assert fraction["step"] == 4 and fraction["base_offline_fraction"] == 0.75
+    sampler = state["sources"]["online"]["sampler"]
     assert sampler["type"].endswith("PrioritizedSampler")
     assert sampler["state"]["priorities"]["__tensor__"]["dtype"] == "float64"
-    assert meta["generators"]["main"]["state"]["__tensor__"]["dtype"] == "uint8"
+    assert state["generator"]["state"]["__tensor__"]["dtype"] == "uint8"
 
 
-@needs_extras
 def test_callable_schedules_are_kept_from_the_buffer(tmp_path):
     def half_then_quarter(step):
         return 0.5 if step < 3 else 0.25
@@ -407,8 +339,6 @@ def _saved(tmp_path, make=None) -> Path:
 
 
 def _edit_metadata(path: Path, edit, *, fix_checksum: bool) -> None:
-    from mixreplay.checkpoint import _checksum
-
     meta = json.loads((path / METADATA).read_text())
     meta.pop("checksum")
     edit(meta)
@@ -419,6 +349,13 @@ def _edit_metadata(path: Path, edit, *, fix_checksum: bool) -> None:
 
 def _rows_file(path: Path) -> Path:
     return path / "sources.online.storage.rows.bin"
+
+
+def _symlink_outside(path):
+    """The rows file replaced by a link to an identical file outside the checkpoint."""
+    outside = path.parent / "outside.bin"
+    shutil.move(_rows_file(path), outside)
+    _rows_file(path).symlink_to(outside)
 
 
 def _truncate(path):
@@ -436,7 +373,7 @@ def _flip_a_byte(path):
 CORRUPTIONS = {
     "unknown format version": (
         lambda p: _edit_metadata(p, lambda m: m.update(format_version=99), fix_checksum=True),
-        r"checkpoint format version 99; this mixreplay .* reads version 1",
+        r"in checkpoint format version 99; this mixreplay .* reads versions 1 to 2: upgrade mixreplay",
     ),
     "not a checkpoint format": (
         lambda p: _edit_metadata(p, lambda m: m.update(format="something-else"), fix_checksum=True),
@@ -444,28 +381,65 @@ CORRUPTIONS = {
     ),
     "edited metadata": (
         lambda p: _edit_metadata(
-            p, lambda m: m["sources"]["online"]["storage"].update(cursor=1), fix_checksum=False
+            p,
+            lambda m: m["state"]["sources"]["online"]["storage"].update(cursor=1),
+            fix_checksum=False,
         ),
         "metadata.json was edited or corrupted",
     ),
     "edited metadata with a matching checksum": (
         lambda p: _edit_metadata(
-            p, lambda m: m["sources"]["online"]["storage"].update(cursor=10), fix_checksum=True
+            p,
+            lambda m: m["state"]["sources"]["online"]["storage"].update(cursor=10),
+            fix_checksum=True,
         ),
-        r"inconsistent ring \(len=10, cursor=10, write_count=12, max_size=10\); the checkpoint is corrupt",
+        r"source 'online': storage: inconsistent ring \(len=10, cursor=10, write_count=12, "
+        r"max_size=10\); the state is corrupt",
     ),
     "invalid JSON": (
         lambda p: (p / METADATA).write_text("{not json"),
-        "metadata.json is not valid JSON",
+        "metadata.json is not valid UTF-8 JSON",
     ),
     "missing metadata": (lambda p: (p / METADATA).unlink(), "metadata.json is missing"),
+    "metadata not UTF-8": (
+        lambda p: (p / METADATA).write_bytes(b"\xff\xfe{}"),
+        "metadata.json is not valid UTF-8 JSON \\(UnicodeDecodeError",
+    ),
+    "metadata not an object": (
+        lambda p: (p / METADATA).write_text("[1, 2]"),
+        "metadata.json holds a JSON list, not an object",
+    ),
+    "deeply nested metadata": (
+        lambda p: (p / METADATA).write_text("[" * 100_000 + "]" * 100_000),
+        "metadata.json is not valid UTF-8 JSON \\(RecursionError",
+    ),
+    "nested deeper than written": (
+        lambda p: _edit_metadata(
+            p, lambda m: m.update(deep=json.loads("[" * 80 + "]" * 80)), fix_checksum=True
+        ),
+        "nested deeper than 64 levels",
+    ),
+    "CRC stored as text": (
+        lambda p: _edit_metadata(
+            p,
+            lambda m: m["state"]["sources"]["online"]["storage"]["rows"]["__tensor__"].update(
+                crc32="0"
+            ),
+            fix_checksum=True,
+        ),
+        "crc32 must be an int in \\[0, 2\\*\\*32\\), got '0'",
+    ),
+    "symlink to a file outside": (
+        lambda p: _symlink_outside(p),
+        "is a symbolic link; a .* file must be a regular file inside",
+    ),
     "missing checkpoint": (
         lambda p: shutil.rmtree(p),
         "no checkpoint at .*: the directory does not exist",
     ),
     "missing tensor file": (
         lambda p: _rows_file(p).unlink(),
-        r"rows.bin is missing; the checkpoint is incomplete",
+        r"rows.bin is missing; the files are incomplete",
     ),
     "truncated tensor file": (
         _truncate,
@@ -474,9 +448,9 @@ CORRUPTIONS = {
     "corrupt tensor file": (_flip_a_byte, "is corrupt: its CRC-32 is"),
     "malformed state": (
         lambda p: _edit_metadata(
-            p, lambda m: m["sources"]["online"].pop("storage"), fix_checksum=True
+            p, lambda m: m["state"]["sources"]["online"].pop("storage"), fix_checksum=True
         ),
-        "the checkpoint state is malformed \\(KeyError: 'storage'\\)",
+        "source 'online': storage: a storage state is a dict, got NoneType",
     ),
 }
 
@@ -504,7 +478,8 @@ MISFITS = {
     "another capacity": (
         lambda: _o2o(11, None),
         None,
-        r"max_size 10, this buffer's holds 11; build the buffer with the same capacity \(e.g. online_capacity=10\)",
+        r"the saved ring has max_size 10, this storage 11; build it with the same capacity "
+        r"\(e.g. online_capacity=10\)",
     ),
     "another buffer kind": (
         lambda: _replay(10, None),
@@ -524,7 +499,8 @@ MISFITS = {
     "another schema in the buffer": (
         lambda: ReplayBuffer(storage=LazyTensorStorage(10), generator=3),
         lambda rb: rb.extend(_obs4_rows(0, 2)),
-        r"rows do not match this buffer's \('observation': buffer float32\[4\], checkpoint float32\[3\] \(shape\)\)",
+        r"the saved rows do not match this storage's \('observation': storage float32\[4\], state "
+        r"float32\[3\] \(shape\)\)",
     ),
     "another offline dataset": (
         lambda: OfflineToOnlineReplayBuffer(
@@ -533,7 +509,8 @@ MISFITS = {
             generator=5,
         ),
         None,
-        r"offline source 'offline' is not the dataset this checkpoint was saved with .*fingerprint .* saved, .* given; 300 rows saved, 299 given.*allow_offline_mismatch=True",
+        r"source 'offline': the rows are not the ones this state was saved with .*fingerprint "
+        r".* saved, .* given; 300 rows saved, 299 given.*allow_offline_mismatch=True",
     ),
     "an offline dataset of another schema": (
         lambda: OfflineToOnlineReplayBuffer(
@@ -542,7 +519,7 @@ MISFITS = {
             generator=5,
         ),
         None,
-        "offline source 'offline' is not the dataset",
+        "source 'offline': the rows are not the ones this state was saved with",
     ),
 }
 
@@ -576,11 +553,15 @@ def test_offline_mismatch_can_be_overridden(tmp_path, caplog):
 
 def test_in_memory_states_are_checked_too():
     rb = _o2o(10, None)
-    with pytest.raises(CheckpointError, match="a checkpoint state is a dict, got list"):
+    with pytest.raises(
+        CheckpointError, match="a OfflineToOnlineReplayBuffer state is a dict, got list"
+    ):
         rb.load_state_dict([])
     state = _o2o(10, None).state_dict()
-    state["format_version"] = 2
-    with pytest.raises(CheckpointError, match="format version 2"):
+    state["kind"] = "MixtureReplayBuffer"
+    with pytest.raises(
+        CheckpointError, match="the state holds a MixtureReplayBuffer, not a Offline"
+    ):
         rb.load_state_dict(state)
 
 
@@ -596,29 +577,24 @@ def test_dumps_never_replaces_a_directory_that_is_not_a_checkpoint(tmp_path):
     assert (precious / "keep.txt").read_text() == "mine"
 
 
-def test_foreign_online_storages_cannot_be_saved(tmp_path):
-    class DictStorage:  # the TorchRL Storage surface mixreplay drives
-        max_size = 10
+@pytest.mark.torchrl
+def test_a_torchrl_online_storage_round_trips(tmp_path):
+    from torchrl.data import LazyTensorStorage as TorchRLStorage
 
-        def __init__(self):
-            self.data = None
+    def make():
+        return OfflineToOnlineReplayBuffer(
+            OFFLINE, online_storage=TorchRLStorage(10), batch_size=8, generator=4
+        )
 
-        def set(self, index, data):
-            self.data = data
-
-        def get(self, index):
-            return self.data[index]
-
-        def __len__(self):
-            return 0 if self.data is None else self.data.batch_size[0]
-
-    rb = OfflineToOnlineReplayBuffer(OFFLINE, online_storage=DictStorage())
-    with pytest.raises(
-        CheckpointError,
-        match="source 'online' keeps its rows in ForeignStorage.*checkpoints save mixreplay storages only",
-    ):
-        rb.dumps(tmp_path / "ck")
-    assert not (tmp_path / "ck").exists() and os.listdir(tmp_path) == []
+    a = make()
+    a.extend(id_rows(0, 13))  # wraps
+    a.sample()
+    a.dumps(tmp_path / "ck")
+    b = make()
+    b.loads(tmp_path / "ck")
+    assert b.online_buffer.storage.write_count == 13 and len(b.online_buffer) == 10
+    for _ in range(3):
+        assert_same(a.sample(), b.sample())
 
 
 # -- crash safety -----------------------------------------------------------------------------
@@ -778,7 +754,7 @@ def test_the_directory_holds_exactly_the_state_dict(kind, tmp_path):
     write(rb, 0, 9)
     step(rb, 0, random.Random(0))
     rb.dumps(tmp_path / "ck")
-    assert_state_equal(rb.state_dict(), read_state(tmp_path / "ck"))
+    assert_state_equal(rb.state_dict(), load_state(tmp_path / "ck"))
 
 
 def test_a_plain_buffer_as_offline_side_is_fingerprinted_by_its_rows(tmp_path):
@@ -797,6 +773,115 @@ def test_a_plain_buffer_as_offline_side_is_fingerprinted_by_its_rows(tmp_path):
     offline.extend(id_rows(0, 1))  # the "offline" rows changed since the save
     with pytest.raises(
         CheckpointError,
-        match="offline source 'offline' is not the dataset .*300 rows saved, 301 given",
+        match="source 'offline': the rows are not the ones .*300 rows saved, 301 given",
     ):
         make().loads(tmp_path / "ck")
+
+
+# -- format 1 (before the redesign) -----------------------------------------------------------
+
+FIXTURES = Path(__file__).parent / "fixtures" / "v1"
+
+
+def _v1_twins():
+    """The buffers tests/fixtures/make_v1_fixtures.py saved, built the same way."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_v1", FIXTURES.parent / "make_v1_fixtures.py"
+    )
+    make = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make)
+    return {
+        "replay_buffer": ReplayBuffer(
+            storage=LazyTensorStorage(16),
+            sampler=PrioritizedSampler(alpha=0.7, beta=0.5),
+            batch_size=4,
+            generator=1,
+        ),
+        "offline_to_online": OfflineToOnlineReplayBuffer(
+            make.offline(),
+            online_capacity=32,
+            offline_fraction=Linear(0.6, 0.1, steps=100),
+            batch_size=8,
+            generator=2,
+        ),
+        "offline_to_online_annealed": OfflineToOnlineReplayBuffer(
+            make.offline(), online_capacity=32, offline_fraction=0.5, batch_size=8, generator=3
+        ),
+        "mixture": MixtureReplayBuffer(
+            {
+                "expert": make.offline(),
+                "play": LazyTensorStorage(10),
+                "online": LazyTensorStorage(20),
+            },
+            {"expert": 0.5, "play": 0.3, "online": 0.2},
+            batch_size=10,
+            generator=4,
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "name", ["replay_buffer", "offline_to_online", "offline_to_online_annealed", "mixture"]
+)
+def test_format_1_checkpoints_load_and_draw_what_the_old_version_drew(name, tmp_path):
+    """Checkpoints written before the state redesign are migrated and resume exactly."""
+    expected = json.loads((FIXTURES / "next_batches.json").read_text())[name]
+    path = tmp_path / name
+    shutil.copytree(FIXTURES / name, path)  # a load may recover or clean up: never in the tree
+    rb = _v1_twins()[name]
+    rb.loads(path)
+    batch = rb.sample()
+    got = {
+        ".".join(k) if isinstance(k, tuple) else k: batch.get(k).tolist()
+        for k in batch.keys(include_nested=True, leaves_only=True)
+    }
+    assert got == expected
+    rb.dumps(tmp_path / "again")  # and is saved in the current format
+    assert json.loads((tmp_path / "again" / METADATA).read_text())["format_version"] == 2
+
+
+def test_the_annealed_fraction_of_a_format_1_checkpoint_resumes_as_it_was(tmp_path):
+    shutil.copytree(FIXTURES / "offline_to_online_annealed", tmp_path / "ck")
+    rb = _v1_twins()["offline_to_online_annealed"]
+    rb.loads(tmp_path / "ck")
+    assert rb.offline_fraction == 0.5 * (1 - 25 / 100)
+    rb.anneal(50, 100)  # the base fraction came back too
+    assert rb.offline_fraction == 0.25
+
+
+def test_a_checkpoint_of_a_newer_format_says_so(tmp_path):
+    path = _saved(tmp_path)
+    _edit_metadata(
+        path, lambda m: m.update(format_version=3, mixreplay_version="9.0"), fix_checksum=True
+    )
+    with pytest.raises(
+        CheckpointError,
+        match="written by mixreplay '9.0' in checkpoint format version 3; .*upgrade",
+    ):
+        _o2o(10, None).loads(path)
+
+
+def test_a_missing_checkpoint_is_a_file_not_found_error(tmp_path):
+    from mixreplay import CheckpointNotFoundError
+
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+        _o2o(10, None).loads(tmp_path / "nothing")
+    with pytest.raises(CheckpointNotFoundError):
+        _o2o(10, None).loads(tmp_path / "nothing")
+
+
+def test_dumps_through_a_symlink_works_every_time(tmp_path):
+    """The link is followed: the directory it points to is replaced, the link keeps pointing at it."""
+    real = tmp_path / "real"
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    rb = _o2o(10, None)
+    for n in range(3):
+        rb.extend(id_rows(n, 1))
+        rb.dumps(link)
+        assert link.is_symlink() and (real / METADATA).is_file()
+        twin = _o2o(10, None)
+        twin.loads(link)
+        assert len(twin.online_buffer) == n + 1

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -33,9 +35,9 @@ HEAVY = (
     "tqdm",
     "torchrl",
     "ray",
-    "mixreplay.buffer",
-    "mixreplay.mixing",
-    "mixreplay.storage",
+    "mixreplay.buffers",
+    "mixreplay.storages",
+    "mixreplay.samplers",
     "mixreplay.datasets",
 )
 #: command modules that still import torch at module level (being rewritten): their --help
@@ -105,6 +107,24 @@ def test_lazy_names_resolve_to_their_modules():
     assert mixreplay.schedules.__name__ == "mixreplay.schedules"  # a submodule, on first use
     with pytest.raises(AttributeError, match="module 'mixreplay' has no attribute 'nope'"):
         _ = mixreplay.nope  # type: ignore[attr-defined]
+
+
+def test_the_lazy_names_are_listed_and_typed():
+    """dir() lists every public name before first use; type checkers see each one eagerly."""
+    code = "import json, mixreplay; print(json.dumps(dir(mixreplay)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert set(mixreplay.__all__) <= set(json.loads(out.stdout))
+    tree = ast.parse(pathlib.Path(mixreplay.__file__).read_text())
+    (block,) = [
+        n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
+    ]
+    typed = {
+        alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert typed == mixreplay._EXPORTS
 
 
 def test_help_lists_every_command(capsys):

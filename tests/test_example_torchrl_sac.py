@@ -13,14 +13,7 @@ import sys
 import pytest
 import torch
 
-pytestmark = [
-    pytest.mark.torchrl,
-    # torchrl 0.14.1 warns about its own class on importing torchrl.collectors (the warning is
-    # attributed to `abc`, so pyproject's torchrl.* filter does not catch it)
-    pytest.mark.filterwarnings(
-        "ignore:Creating .* which inherits from WeightUpdaterBase:DeprecationWarning"
-    ),
-]
+pytestmark = pytest.mark.torchrl
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -16,7 +16,8 @@ from mixreplay import (
     ReplayBuffer,
     prefill_replay_buffer,
 )
-from mixreplay.datasets.memmap import _fingerprint_rows, load_memmap, write_memmap_dataset
+from mixreplay.datasets.memmap import load_memmap, write_memmap_dataset
+from mixreplay.storages.base import fingerprint_rows
 from tests.conftest import ted_rows
 
 try:
@@ -87,7 +88,7 @@ def test_writing_into_batches_never_reaches_a_memory_mapped_dataset(memmap_datas
     rb.extend(ted_rows(50, tag=-3.0))
     everything_a_user_might_do(rb, ds, tmp_path)
     assert torch.equal(ds.storage.rows, rows_before)
-    assert _fingerprint_rows(ds.storage.rows) == ds.fingerprint
+    assert fingerprint_rows(ds.storage.rows) == ds.fingerprint
     assert file_hash(path / "rows.bin") == file_before
     assert torch.equal(load_memmap(path).storage.rows, rows_before)
 
@@ -105,7 +106,7 @@ def test_in_memory_datasets_and_mixtures_are_untouched_too(tmp_path):
     mix.extend(ted_rows(40, tag=-3.0), source="on")
     everything_a_user_might_do(mix, ds, tmp_path)
     assert torch.equal(ds.storage.rows, before)
-    assert _fingerprint_rows(ds.storage.rows) == ds.fingerprint
+    assert fingerprint_rows(ds.storage.rows) == ds.fingerprint
 
 
 @pytest.mark.skipif(

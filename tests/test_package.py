@@ -20,6 +20,7 @@ def test_exported_members_are_sorted_and_pinned():
     assert set(mixreplay.__all__) == {
         "BufferActorError",
         "CheckpointError",
+        "CheckpointNotFoundError",
         "DatasetError",
         "DatasetNotFoundError",
         "EmptyBufferError",
@@ -33,6 +34,7 @@ def test_exported_members_are_sorted_and_pinned():
         "OfflineDataset",
         "OfflineToOnlineReplayBuffer",
         "PrioritizedSampler",
+        "PriorityError",
         "RandomSampler",
         "ReadOnlyError",
         "ReplayBuffer",
@@ -41,6 +43,7 @@ def test_exported_members_are_sorted_and_pinned():
         "Schema",
         "SchemaMismatchError",
         "SliceSampler",
+        "Storage",
         "TensorStorage",
         "__version__",
         "list_prefixes",

@@ -177,7 +177,9 @@ def test_prefetch_needs_a_batch_size_and_an_int():
         ReplayBuffer(storage=LazyTensorStorage(10), prefetch=2)
     with pytest.raises(TypeError, match="prefetch must be an int"):
         ReplayBuffer(storage=LazyTensorStorage(10), batch_size=2, prefetch=1.5)
-    with pytest.raises(ValueError, match="prefetch must be >= 0"):
+    with pytest.raises(
+        ValueError, match="prefetch must be an int >= 0 \\(batches kept ready\\) or None, got -1"
+    ):
         ReplayBuffer(storage=LazyTensorStorage(10), batch_size=2, prefetch=-1)
     with pytest.raises(ValueError, match="prefetch=2 needs batch_size="):
         OfflineToOnlineReplayBuffer(make_rb(None), online_capacity=10, prefetch=2)
@@ -189,7 +191,7 @@ def test_pin_memory_without_cuda_is_refused():
         ReplayBuffer(storage=LazyTensorStorage(10), pin_memory=True)
     with pytest.raises(ValueError, match="pin_memory=True needs a CUDA device"):
         OfflineToOnlineReplayBuffer(make_rb(None), online_capacity=10, pin_memory=True)
-    with pytest.raises(TypeError, match="pin_memory must be a bool"):
+    with pytest.raises(TypeError, match="pin_memory must be True or False, got str"):
         ReplayBuffer(storage=LazyTensorStorage(10), pin_memory="yes")
 
 
@@ -312,9 +314,7 @@ def test_any_sequence_of_reads_matches_the_synchronous_buffer(depth, ops, kind):
                 assert plain.sample(arg)["x"].tolist() == ahead.sample(arg)["x"].tolist()
             elif op == "state_dict":
                 sp, sa = plain.state_dict(), ahead.state_dict()
-                assert torch.equal(
-                    sp["generators"]["main"]["state"], sa["generators"]["main"]["state"]
-                )
+                assert torch.equal(sp["generator"]["state"], sa["generator"]["state"])
             else:
                 # the first three batches of an iteration (fewer when an epoch ends first)
                 assert [b["x"].tolist() for b, _ in zip(plain, range(3))] == [

@@ -54,8 +54,8 @@ def test_returns_the_buffer_and_resolves_ids():
 @pytest.mark.parametrize(
     "kwargs, err, match",
     [
-        (dict(n_samples=-1), ValueError, "n_samples must be >= 0, got -1"),
-        (dict(n_samples=2.5), TypeError, "n_samples must be an int or None, got float"),
+        (dict(n_samples=-1), ValueError, "n_samples must be an int >= 0 or None, got -1"),
+        (dict(n_samples=2.5), TypeError, "n_samples must be an int >= 0 or None, got float"),
         (dict(chunk_size=0), ValueError, "chunk_size must be a positive int, got 0"),
     ],
 )

@@ -429,13 +429,24 @@ def test_numpy_and_torch_parameters_are_accepted():
 @pytest.mark.parametrize(
     "s", [Constant(0.5), Linear(0, 1, 10), Piecewise([(0, 0.5)]), Proportional()]
 )
-def test_negative_step_raises(s):
-    with pytest.raises(ValueError, match=r"step must be an int >= 0, got -1"):
+def test_bad_steps_raise(s):
+    with pytest.raises(ValueError, match=r"step must be a number >= 0, got -1"):
         s(-1, sizes={"offline": 1})
-    with pytest.raises(TypeError, match=r"step must be an int >= 0, got float 1.5"):
-        s(1.5, sizes={"offline": 1})
-    with pytest.raises(ValueError, match=r"step must be an int >= 0, got -2"):
+    with pytest.raises(TypeError, match=r"step must be a number >= 0, got str '1'"):
+        s("1", sizes={"offline": 1})
+    with pytest.raises(ValueError, match=r"step must be a number >= 0, got -2"):
         s(np.int64(-2), sizes={"offline": 1})
+    with pytest.raises(ValueError, match=r"step must be a finite number >= 0, got inf"):
+        s(float("inf"), sizes={"offline": 1})
+
+
+@pytest.mark.parametrize(
+    "s", [Constant(0.5), Linear(0.5, 0.0, 10), Piecewise([(0, 0.5), (10, 0.0)])]
+)
+def test_real_steps_are_accepted(s):
+    """Steps such as 1e6, NumPy integers and 0-dim tensors, as TorchRL's anneal takes them."""
+    assert s(2.5) == s(np.float64(2.5)) == s(torch.tensor(2.5))
+    assert s(4.0) == s(4) == s(np.int64(4)) == s(torch.tensor(4))
 
 
 @settings(max_examples=50)

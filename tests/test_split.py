@@ -82,3 +82,47 @@ def test_all_zero_fractions_split_evenly():
 def test_bad_fractions(fractions, err, match):
     with pytest.raises(err, match=match):
         split_counts(10, fractions)
+
+
+# -- defects found by adversarial testing (issue 11.7, 11.10) ----------------------------------
+
+
+def test_a_zero_weight_source_never_changes_the_others_counts():
+    assert split_counts(2, [0.1, 0.3]) == [0, 2]
+    assert split_counts(2, [0.1, 0.3, 0]) == [0, 2, 0]  # used to give [1, 1, 0]
+    assert split_counts(2, [0, 0.1, 0.3]) == [0, 0, 2]
+
+
+@given(
+    b=st.integers(0, 1000),
+    w=st.lists(st.floats(0.0, 100.0), min_size=2, max_size=6),
+    at=st.integers(0, 6),
+)
+def test_inserting_a_zero_weight_source_anywhere_changes_nothing(b, w, at):
+    if sum(w) == 0:
+        w = [1.0] + w[1:]
+    at = min(at, len(w))
+    with_zero = split_counts(b, w[:at] + [0.0] + w[at:])
+    assert with_zero[at] == 0
+    assert with_zero[:at] + with_zero[at + 1 :] == split_counts(b, w)
+
+
+def test_huge_weights_are_split_exactly():
+    assert split_counts(10, [1e308, 1e308]) == [5, 5]  # the float sum overflows
+    assert split_counts(9, [1e308, 1e308, 1e308]) == [3, 3, 3]
+    assert split_counts(4, [1.7e308, 0.0]) == [4, 0]
+
+
+@pytest.mark.parametrize(
+    "b, err, match",
+    [
+        (-1, ValueError, "batch_size must be an int >= 0, got -1"),
+        (2.5, TypeError, "batch_size must be an int, got float 2.5"),
+        (True, TypeError, "batch_size must be an int, got bool True"),
+    ],
+)
+def test_bad_batch_sizes_are_refused(b, err, match):
+    with pytest.raises(err, match=match):
+        split_counts(b, [0.5, 0.5])
+    with pytest.raises(err, match=match):
+        split_counts(b, [1, 1, 1])

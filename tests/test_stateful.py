@@ -20,19 +20,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from mixreplay import OfflineDataset, OfflineToOnlineReplayBuffer
-from tests.test_checkpoint import OFFLINE_BASE, assert_same, id_rows
-
-try:
-    from mixreplay.samplers import PrioritizedSampler
-    from mixreplay.schedules import Linear, Proportional
-
-    HAVE_EXTRAS = True
-except ImportError:  # pragma: no cover
-    HAVE_EXTRAS = False
+from mixreplay.samplers import PrioritizedSampler
+from mixreplay.schedules import Linear, Proportional
+from tests.helpers import OFFLINE_BASE, assert_same, id_rows
 
 OFFLINE_ROWS = 40
 OFFLINE = OfflineDataset.from_tensordict(id_rows(OFFLINE_BASE, OFFLINE_ROWS))
-VARIANTS = ["float"] + (["linear", "proportional"] if HAVE_EXTRAS else [])
+VARIANTS = ["float", "linear", "proportional"]
 
 
 class MixingMachine(RuleBasedStateMachine):
@@ -63,7 +57,7 @@ class MixingMachine(RuleBasedStateMachine):
 
     @initialize(
         variant=st.sampled_from(VARIANTS),
-        prioritized=st.booleans() if HAVE_EXTRAS else st.just(False),
+        prioritized=st.booleans(),
         capacity=st.integers(1, 9),
         base=st.floats(0.05, 0.95),
         seed=st.integers(0, 2**16),
@@ -80,20 +74,23 @@ class MixingMachine(RuleBasedStateMachine):
         self.ring: list[int | None] = [None] * capacity  # the model: id held by each slot
         self.written = 0
         self.step = 0
-        self.annealed: float | None = (
-            None  # the fraction anneal() set, until set_step moves a schedule
-        )
+        # anneal(step, total) installs base * max(0, 1 - step / total) as the schedule
+        self.anneal_total: int | None = None
 
     # -- the model ---------------------------------------------------------------------------
 
     def online_len(self) -> int:
         return min(self.written, self.capacity)
 
+    def base_fraction(self) -> float:
+        """The constructor's fraction; a schedule's at step 0 (Proportional: all offline then)."""
+        return 1.0 if self.variant == "proportional" else self.base
+
     def fraction(self) -> float:
+        if self.anneal_total is not None:
+            return self.base_fraction() * max(0.0, 1.0 - self.step / self.anneal_total)
         if self.variant == "proportional":
             return OFFLINE_ROWS / (OFFLINE_ROWS + self.online_len())
-        if self.annealed is not None:
-            return self.annealed
         if self.variant == "linear":
             return Linear(self.base, 0.0, 12)(self.step)
         return self.base
@@ -133,21 +130,13 @@ class MixingMachine(RuleBasedStateMachine):
     def anneal(self, step, total):
         for rb in self.buffers():
             rb.anneal(step, total)
-        base = (
-            self.base
-            if self.variant == "float"
-            else (1.0 if self.variant == "proportional" else self.base)
-        )
-        if self.variant != "proportional":
-            self.annealed = base * max(0.0, 1.0 - step / total)
+        self.anneal_total, self.step = total, step
 
     @rule(step=st.integers(0, 30))
     def set_step(self, step):
         for rb in self.buffers():
             rb.set_step(step)
-        self.step = step
-        if self.variant != "float":
-            self.annealed = None
+        self.step = step  # along the current schedule: an anneal stays installed
 
     @precondition(lambda self: self.prioritized and self.info is not None)
     @rule(data=st.data())

@@ -5,7 +5,10 @@ factory with ``rest``. Built-in prefixes (imported only when used):
 
 - ``minari:<dataset_id>`` - a Minari dataset from the local Minari root;
 - ``d4rl:<name-or-path>`` - an HDF5 file in the D4RL layout;
-- ``memmap:<dir>`` - mixreplay's own memory-mapped format.
+- ``memmap:<dir>`` - mixreplay's own memory-mapped format;
+- TorchRL's other sources (``atari``, ``atari_dqn``, ``gen_dgrl``, ``lerobot``,
+  ``openml``, ``openx``, ``roboset``, ``vd4rl``) through TorchRL's dataset classes
+  (``pip install "mixreplay[torchrl]"``).
 
 ``register_dataset(prefix, factory)`` adds your own.
 """
@@ -13,34 +16,65 @@ factory with ``rest``. Built-in prefixes (imported only when used):
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable
 
-from mixreplay.datasets.memmap import OfflineDataset
+from mixreplay.buffers.offline import OfflineDataset
+from mixreplay.errors import DatasetPrefixTakenError, MissingDependencyError
 
 __all__ = ["OfflineDataset", "list_prefixes", "load_dataset", "register_dataset"]
 
-_BUILTIN: dict[str, str] = {
+#: prefix -> factory, or a lazy ``"module:attribute"`` string imported on first use
+#: (TorchRL's name and layout: code written against TorchRL's registry reads it unchanged)
+_DATASET_REGISTRY: dict[str, Callable[..., object] | str] = {
     "d4rl": "mixreplay.datasets.d4rl:load_d4rl",
     "memmap": "mixreplay.datasets.memmap:load_memmap",
     "minari": "mixreplay.datasets.minari:load_minari",
+    # TorchRL's other sources open through TorchRL's own classes and mix as foreign sources
+    "atari": "torchrl.data.datasets.atari_dqn:AtariDQNExperienceReplay",
+    "atari_dqn": "torchrl.data.datasets.atari_dqn:AtariDQNExperienceReplay",
+    "gen_dgrl": "torchrl.data.datasets.gen_dgrl:GenDGRLExperienceReplay",
+    "lerobot": "torchrl.data.datasets.lerobot:LeRobotExperienceReplay",
+    "openml": "torchrl.data.datasets.openml:OpenMLExperienceReplay",
+    "openx": "torchrl.data.datasets.openx:OpenXExperienceReplay",
+    "roboset": "torchrl.data.datasets.roboset:RobosetExperienceReplay",
+    "vd4rl": "torchrl.data.datasets.vd4rl:VD4RLExperienceReplay",
 }
-_REGISTRY: dict[str, Callable[..., object]] = {}
 
 
 def list_prefixes() -> list[str]:
     """Every known prefix, sorted."""
-    return sorted(set(_BUILTIN) | set(_REGISTRY))
+    return sorted(_DATASET_REGISTRY)
 
 
-def register_dataset(prefix: str, factory: Callable[..., object], *, replace: bool = False) -> None:
+def _normalize_prefix(prefix: str) -> str:
+    """A prefix as stored: lower-cased and stripped, as TorchRL does."""
+    out = prefix.lower().strip() if isinstance(prefix, str) else prefix
+    if not isinstance(out, str) or not out or not out.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(
+            f"a dataset prefix must be a non-empty word of letters, digits, '_' or '-', got {prefix!r}"
+        )
+    return out
+
+
+def register_dataset(
+    prefix: str, factory: Callable[..., object] | str, *, replace: bool = False
+) -> None:
     """Make ``load_dataset(f"{prefix}:<rest>", **kw)`` call ``factory(rest, **kw)``.
 
     Args:
-        prefix: letters, digits, ``_`` or ``-``; no ``:``.
-        factory: returns an offline dataset (anything with ``sample(n)`` and ``len()``).
+        prefix: letters, digits, ``_`` or ``-``; no ``:``. Stored lower-cased and
+            stripped (``" Local "`` is ``"local"``).
+        factory: returns an offline dataset (anything with ``sample(n)`` and ``len()``),
+            or a ``"module:attribute"`` string naming it, imported when the prefix is
+            first used.
 
     Keyword Args:
         replace: allow replacing an existing prefix (built-ins included).
+
+    Raises:
+        DatasetPrefixTakenError: the prefix is registered already and ``replace`` is
+            false (a ``KeyError``, as in TorchRL, and a ``ValueError``).
 
     Examples:
         >>> import torch
@@ -54,34 +88,39 @@ def register_dataset(prefix: str, factory: Callable[..., object], *, replace: bo
         >>> len(load_dataset("zeros:8"))
         8
     """
-    if (
-        not isinstance(prefix, str)
-        or not prefix
-        or ":" in prefix
-        or not prefix.replace("_", "").replace("-", "").isalnum()
-    ):
-        raise ValueError(
-            f"a dataset prefix must be a non-empty word of letters, digits, '_' or '-', got {prefix!r}"
-        )
-    if not callable(factory):
+    prefix = _normalize_prefix(prefix)
+    if isinstance(factory, str):
+        module, _, attr = factory.partition(":")
+        if not module or not attr:
+            raise ValueError(
+                f"a factory given as a string is 'module:attribute', got {factory!r}; e.g. "
+                "'my_package.datasets:MyDataset'"
+            )
+    elif not callable(factory):
         raise TypeError(f"factory must be callable, got {type(factory).__name__}")
-    if not replace and (prefix in _REGISTRY or prefix in _BUILTIN):
-        raise ValueError(
+    if not replace and prefix in _DATASET_REGISTRY:
+        raise DatasetPrefixTakenError(
             f"dataset prefix {prefix!r} is already registered; pass replace=True to override it"
         )
-    _REGISTRY[prefix] = factory
+    _DATASET_REGISTRY[prefix] = factory
 
 
 def _factory(prefix: str) -> Callable[..., object]:
-    if prefix in _REGISTRY:
-        return _REGISTRY[prefix]
-    if prefix in _BUILTIN:
-        module, _, name = _BUILTIN[prefix].partition(":")
+    factory = _DATASET_REGISTRY.get(prefix.lower().strip())
+    if factory is None:
+        raise ValueError(
+            f"Unknown dataset source {prefix!r}; known prefixes: {', '.join(list_prefixes())} "
+            "(register your own with mixreplay.register_dataset)"
+        )
+    if isinstance(factory, str):
+        module, _, name = factory.partition(":")
+        if module.startswith("torchrl.") and importlib.util.find_spec("torchrl") is None:
+            raise MissingDependencyError(
+                f"the dataset source {prefix!r} opens through TorchRL ({factory}), which is not "
+                'installed. Install it with: pip install "mixreplay[torchrl]"'
+            )
         return getattr(importlib.import_module(module), name)
-    raise ValueError(
-        f"unknown dataset prefix {prefix!r}; known prefixes: {', '.join(list_prefixes())} "
-        "(register your own with mixreplay.register_dataset)"
-    )
+    return factory
 
 
 def load_dataset(dataset_id: str, **kwargs):
@@ -99,7 +138,7 @@ def load_dataset(dataset_id: str, **kwargs):
     prefix, sep, rest = dataset_id.partition(":")
     if not sep or not prefix or not rest:
         raise ValueError(
-            f"dataset ID {dataset_id!r} has no prefix; write it as '<prefix>:<name>' with a prefix "
-            f"among {', '.join(list_prefixes())}"
+            f"dataset ID {dataset_id!r} must be prefixed with its source: write it as "
+            f"'<prefix>:<name>' with a prefix among {', '.join(list_prefixes())}"
         )
     return _factory(prefix)(rest, **kwargs)

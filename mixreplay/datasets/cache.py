@@ -32,12 +32,8 @@ from pathlib import Path
 
 from tensordict import TensorDictBase
 
-from mixreplay.datasets.memmap import (
-    OfflineDataset,
-    load_memmap,
-    read_metadata,
-    write_memmap_dataset,
-)
+from mixreplay.buffers.offline import OfflineDataset
+from mixreplay.datasets.memmap import load_memmap, read_metadata, write_memmap_dataset
 from mixreplay.errors import DatasetError
 
 __all__ = [

@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 from tensordict import TensorDict
 
+from mixreplay.buffers.offline import OfflineDataset
 from mixreplay.datasets.cache import Source, load_cached
-from mixreplay.datasets.memmap import OfflineDataset
 from mixreplay.datasets.transforms import RowPolicy, flat_leaves, nest
 from mixreplay.errors import DatasetError, DatasetNotFoundError, require
 from mixreplay.schema import format_key

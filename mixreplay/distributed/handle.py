@@ -24,7 +24,7 @@ from mixreplay.distributed.wire import (
     message_slices,
 )
 from mixreplay.errors import BufferActorError, require
-from mixreplay.storage import check_row
+from mixreplay.storages.base import check_row
 
 __all__ = ["RayReplayBuffer"]
 

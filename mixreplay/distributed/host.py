@@ -238,10 +238,10 @@ class BufferHost:
 
 def _sendable(what: str, value):
     """``value``, unless it is a buffer or storage: those stay in the actor."""
-    from mixreplay.buffer import ReplayBuffer
-    from mixreplay.storage import is_native_storage
+    from mixreplay.buffers.replay import ReplayBuffer
+    from mixreplay.storages.base import Storage
 
-    if isinstance(value, ReplayBuffer) or is_native_storage(value):
+    if isinstance(value, (ReplayBuffer, Storage)):
         raise TypeError(
             f"{what} is a {type(value).__name__} that lives in the buffer actor and cannot be sent "
             "back (its rows stay where they are); use the handle's own methods instead "

@@ -25,8 +25,9 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from mixreplay.errors import SchemaMismatchError
-from mixreplay.schema import RowLayout, Schema
-from mixreplay.storage import check_rows  # noqa: F401 - re-exported for the handle and writer
+from mixreplay.layout import RowLayout
+from mixreplay.schema import Schema
+from mixreplay.storages.base import check_rows  # noqa: F401 - re-exported for the handle and writer
 
 __all__ = [
     "INLINE_BYTES",

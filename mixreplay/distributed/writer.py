@@ -16,7 +16,7 @@ from mixreplay.distributed.wire import (
     inline_rows,
     write_row,
 )
-from mixreplay.storage import check_row
+from mixreplay.storages.base import check_row
 
 __all__ = ["RayWriter"]
 

@@ -2,28 +2,46 @@
 
 from __future__ import annotations
 
-import math
+import operator
+from typing import Any
 
 import torch
 
-from mixreplay.errors import EmptyBufferError
-from mixreplay.samplers import Sampler
+from mixreplay._validate import check_bool, check_int, check_real, describe
+from mixreplay.errors import CheckpointError, EmptyBufferError, PriorityError
+from mixreplay.samplers._torchrl import Table, check_torchrl_kwargs
+from mixreplay.samplers.base import Sampler
 from mixreplay.samplers.sumtree import SumTree
+from mixreplay.storages.base import Storage
 
 __all__ = ["PrioritizedSampler"]
 
+_UNSET: Any = object()
+_DBL_MAX = torch.finfo(torch.float64).max
 
-def _check_real(
-    value, name: str, lo: float, hi: float = math.inf, *, open_lo: bool = False
-) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
-    value = float(value)
-    ok = math.isfinite(value) and (value > lo if open_lo else value >= lo) and value <= hi
-    if not ok:
-        interval = f"{'(' if open_lo else '['}{lo:g}, {hi:g}{']' if math.isfinite(hi) else ')'}"
-        raise ValueError(f"{name} must be a finite number in {interval}, got {value!r}")
-    return value
+#: TorchRL 0.14 PrioritizedSampler arguments mixreplay has no use for
+_TORCHRL: Table = {
+    "dtype": (
+        (torch.float64,),
+        "mixreplay keeps priorities in float64 (sums over millions of rows stay exact); "
+        "drop dtype=",
+    ),
+    "reduction": (
+        ("max", "min", "median", "mean"),
+        "it reduces the priorities of a multi-dimensional (ndim > 1) storage, which mixreplay "
+        "does not have; drop reduction=",
+    ),
+    "max_priority_within_buffer": (
+        (False,),
+        "new rows get the largest priority assigned since the sampler was created "
+        "(TorchRL's max_priority_within_buffer=False)",
+    ),
+}
+
+
+def _largest(capacity: int) -> float:
+    """The largest ``p`` a tree of ``capacity`` slots holds: any sum of them stays finite."""
+    return _DBL_MAX / (2.0 * capacity)
 
 
 class PrioritizedSampler(Sampler):
@@ -32,10 +50,11 @@ class PrioritizedSampler(Sampler):
     A new row gets the largest ``p`` assigned so far (1.0 at first), so it is
     likely to be drawn at least once before its priority is known. Priorities
     live in a :class:`~mixreplay.samplers.sumtree.SumTree` of the storage's
-    capacity, allocated on the storage's device on first use. Rows that reach
-    the storage without :meth:`on_extend` (a frozen offline dataset, rows
-    written before the sampler was attached) get that default priority when the
-    sampler next sees the storage.
+    capacity, on the storage's device. Rows that reach the storage without
+    :meth:`on_extend` (a frozen offline dataset, rows written before the sampler
+    was attached) get that default priority when the sampler next sees the
+    storage, and so do all rows after the storage's rows were restored without
+    this sampler's state.
 
     Sampling is *stratified*: ``[0, total)`` is cut into ``n`` equal segments
     and one row is drawn in each, so a batch covers the distribution more evenly
@@ -43,14 +62,23 @@ class PrioritizedSampler(Sampler):
     so positions in the batch are exchangeable. ``stratified=False`` draws
     ``n`` independent proportional samples instead.
 
-    Importance weights ``w_i = (N * P(i)) ** -beta``, with ``N = len(storage)``,
-    are normalized by the largest weight *of the sampled batch*: the row of the
-    batch with the lowest priority gets weight 1, every other row
-    ``(p_min / p_i) ** beta`` (this needs no extra min-tree and keeps every
-    weight in ``(0, 1]``).
+    Importance weights are normalized over the *buffer*, as in PER and TorchRL:
+    with ``N`` the rows held and ``P(j)`` their sampling probabilities,
+
+        ``w_i = (N * P(i)) ** -beta / max_j (N * P(j)) ** -beta = (min_j p_j / p_i) ** beta``,
+
+    the maximum (the minimum ``p``) taken over every row held, not over the
+    batch. At ``beta = 1`` the weighted mean of any function of the rows over
+    many batches equals its mean under uniform sampling, whatever the priorities.
+    Weights lie in ``(0, 1]``; the rows of lowest priority get 1. The tree keeps
+    the minimum beside the sums, so this costs no scan of the buffer.
 
     A priority update addresses slots: if a slot was overwritten between the
-    draw and the update, the new row receives the priority.
+    draw and the update, the new row receives the priority. An update is checked
+    whole before anything changes (:meth:`check_priority`): a NaN or infinite
+    priority, or one whose ``p`` would make the sum of the tree overflow
+    (``p > 1.797e308 / (2 * capacity)``: only ratios of priorities matter, so
+    scale them down), raises ``ValueError`` naming its position.
 
     Args:
         alpha: how strongly priorities shape the distribution (0 is uniform), ``>= 0``.
@@ -59,40 +87,95 @@ class PrioritizedSampler(Sampler):
         eps: added to ``|priority|`` so no row has probability 0, ``> 0``.
 
     Keyword Args:
+        max_capacity: TorchRL's first argument: the capacity of the storage this
+            sampler serves. Optional here (the tree takes the storage's size);
+            when given, a storage of another ``max_size`` is refused.
         stratified: one draw per equal segment of the total (default) or plain
             independent draws.
+        device: TorchRL's tree device; the tree lives on the storage's device,
+            so it is only checked against the storage's.
+
+    TorchRL's spelling works as is: ``PrioritizedSampler(max_capacity=N, alpha=a,
+    beta=b)`` or positionally ``PrioritizedSampler(N, a, b)``. Positional
+    arguments are read in TorchRL's order (``max_capacity, alpha, beta, eps``)
+    when the first is an integer, in mixreplay's (``alpha, beta, eps``) otherwise.
+    Called TorchRL's way (with ``max_capacity``), ``alpha`` and ``beta`` are
+    required and ``eps`` defaults to TorchRL's ``1e-8``; otherwise the defaults
+    are ``alpha=0.6, beta=0.4, eps=1e-6``. TorchRL's ``dtype``, ``reduction``
+    and ``max_priority_within_buffer`` are accepted with the values that mean
+    what mixreplay does (float64, any reduction: storages are 1-D, ``False``),
+    refused with a ``TypeError`` otherwise.
 
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
         >>> from mixreplay import LazyTensorStorage, ReplayBuffer
         >>> from mixreplay.samplers import PrioritizedSampler
-        >>> rb = ReplayBuffer(storage=LazyTensorStorage(8), sampler=PrioritizedSampler(alpha=1.0),
-        ...                   generator=0)
+        >>> sampler = PrioritizedSampler(alpha=1.0, beta=1.0)
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(8), sampler=sampler, generator=0)
         >>> _ = rb.extend(TensorDict({"x": torch.arange(8)}, [8]))
         >>> rb.update_priority(torch.arange(8), torch.tensor([0., 0, 0, 0, 0, 0, 0, 100]))
         >>> batch, info = rb.sample(4, return_info=True)
-        >>> batch["x"].tolist(), info["weight"].tolist()
-        ([7, 7, 7, 7], [1.0, 1.0, 1.0, 1.0])
+        >>> batch["x"].tolist()
+        [7, 7, 7, 7]
+        >>> w = (1e-6 / (100 + 1e-6)) ** 1.0  # (min_j p_j / p_7) ** beta, p = |priority| + eps
+        >>> torch.allclose(info["weight"], torch.full((4,), w))
+        True
+        >>> PrioritizedSampler(max_capacity=8, alpha=0.7, beta=0.5)  # TorchRL's spelling
+        PrioritizedSampler(max_capacity=8, alpha=0.7, beta=0.5, eps=1e-08, stratified=True)
     """
 
     unit = 1
+    prioritized = True
 
     def __init__(
-        self, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, *, stratified: bool = True
+        self,
+        *args: Any,
+        max_capacity: int | None = _UNSET,
+        alpha: float = _UNSET,
+        beta: float = _UNSET,
+        eps: float = _UNSET,
+        stratified: bool = True,
+        device: torch.device | str | None = None,
+        **torchrl_kwargs: Any,
     ):
-        self._alpha = _check_real(alpha, "PrioritizedSampler alpha", 0.0)
-        self.beta = beta
-        self._eps = _check_real(eps, "PrioritizedSampler eps", 0.0, open_lo=True)
-        if not isinstance(stratified, bool):
-            raise TypeError(
-                f"PrioritizedSampler stratified must be a bool, got {type(stratified).__name__} {stratified!r}"
+        given = _arguments(
+            args, {"max_capacity": max_capacity, "alpha": alpha, "beta": beta, "eps": eps}
+        )
+        check_torchrl_kwargs("PrioritizedSampler", torchrl_kwargs, _TORCHRL)
+        self._max_capacity = (
+            None
+            if given.get("max_capacity") is None
+            else check_int(
+                given["max_capacity"],
+                "PrioritizedSampler max_capacity",
+                min=1,
+                hint="it is the max_size of the storage this sampler serves",
             )
-        self._stratified = stratified
+        )
+        torchrl_way = self._max_capacity is not None
+        if torchrl_way:
+            missing = [k for k in ("alpha", "beta") if k not in given]
+            if missing:
+                raise TypeError(
+                    f"PrioritizedSampler called TorchRL's way (max_capacity="
+                    f"{self._max_capacity}, alpha, beta, eps) is missing "
+                    f"{' and '.join(missing)}; pass them, or call it mixreplay's way "
+                    "without max_capacity: PrioritizedSampler(alpha=0.6, beta=0.4)"
+                )
+        defaults = {"alpha": 0.6, "beta": 0.4, "eps": 1e-8 if torchrl_way else 1e-6}
+        given = {**defaults, **given}
+        self._alpha = check_real(given["alpha"], "PrioritizedSampler alpha", min=0.0)
+        self.beta = given["beta"]
+        self._eps = check_real(given["eps"], "PrioritizedSampler eps", min=0.0, open_min=True)
+        self._stratified = check_bool(stratified, "PrioritizedSampler stratified")
+        self._device_arg = None if device is None else _device(device)
         self._tree: SumTree | None = None
         self._filled = 0  # slots [0, _filled) hold a priority
         self._seen: int | None = 0  # the storage's write_count when last synced
+        self._generation: int | None = None  # its generation then (None: adopt it)
         self._max_priority = 1.0
+        self._pending: tuple[torch.Tensor, int] | None = None  # loaded before a storage was seen
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -110,11 +193,21 @@ class PrioritizedSampler(Sampler):
 
     @beta.setter
     def beta(self, value: float) -> None:
-        self._beta = _check_real(value, "PrioritizedSampler beta", 0.0, 1.0)
+        self._beta = check_real(value, "PrioritizedSampler beta", min=0.0, max=1.0)
 
     @property
     def stratified(self) -> bool:
         return self._stratified
+
+    @property
+    def max_capacity(self) -> int | None:
+        """TorchRL's ``max_capacity``: the storage size given at construction, or ``None``."""
+        return self._max_capacity
+
+    @property
+    def max_size(self) -> int | None:
+        """The capacity of the tree: the storage's ``max_size`` once attached (TorchRL's name)."""
+        return self._tree.capacity if self._tree is not None else self._max_capacity
 
     @property
     def max_priority(self) -> float:
@@ -126,7 +219,7 @@ class PrioritizedSampler(Sampler):
         """The sum tree of ``p`` values (``None`` before the sampler first sees a storage)."""
         return self._tree
 
-    def config(self) -> dict:
+    def config(self) -> dict[str, Any]:
         return {
             "alpha": self._alpha,
             "beta": self._beta,
@@ -134,85 +227,253 @@ class PrioritizedSampler(Sampler):
             "stratified": self._stratified,
         }
 
-    # -- bookkeeping -----------------------------------------------------------------------
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
+        if self._max_capacity is not None:
+            args = f"max_capacity={self._max_capacity}, {args}"
+        return f"PrioritizedSampler({args})"
 
-    def _attach(self, storage) -> SumTree:
-        capacity = int(storage.max_size)
-        device = getattr(storage, "device", None) or torch.device("cpu")
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, PrioritizedSampler)
+            and self.config() == other.config()
+            and self._max_capacity == other._max_capacity
+        )
+
+    __hash__ = object.__hash__
+
+    # -- the storage -----------------------------------------------------------------------
+
+    def attach(self, storage: Storage) -> None:
+        """Size the tree by ``storage`` (checked against ``max_capacity``) and put it on its device."""
+        self._bind(storage)
+
+    def _bind(self, storage: Storage) -> SumTree:
+        capacity, device = storage.max_size, storage.device
+        if self._max_capacity is not None and capacity != self._max_capacity:
+            raise ValueError(
+                f"PrioritizedSampler(max_capacity={self._max_capacity}) cannot serve a storage "
+                f"of max_size {capacity}; build it with max_capacity={capacity} (or without "
+                "max_capacity: the tree takes the storage's size)"
+            )
+        if self._device_arg is not None and device != self._device_arg:
+            raise ValueError(
+                f"PrioritizedSampler(device={str(self._device_arg)!r}) cannot serve a storage on "
+                f"{device}: the tree lives on the storage's device; drop device="
+            )
         tree = self._tree
         if tree is None:
-            tree = self._tree = SumTree(capacity, device=device)
+            pending = self._pending
+            if pending is not None and pending[1] != capacity:
+                raise CheckpointError(
+                    f"the PrioritizedSampler state loaded into this sampler was saved for a "
+                    f"storage of max_size {pending[1]}, this storage has {capacity}; build the "
+                    "storage with the saved capacity"
+                )
+            tree = SumTree(capacity, device=device)
+            if pending is not None:
+                tree.set_leaves(pending[0])
+                self._pending = None
+            self._tree = tree
         elif tree.capacity != capacity:
             raise ValueError(
                 f"this PrioritizedSampler tracks a storage of max_size {tree.capacity}, got one of "
                 f"max_size {capacity}; use one sampler per source"
             )
-        elif tree.device != torch.device(device):
+        elif tree.device != device:
             tree.to(device)
         return tree
 
-    def _sync(self, storage) -> SumTree:
-        """Match the tree to the rows the storage holds now (rows written behind our back, emptying)."""
-        tree = self._attach(storage)
-        n, filled = len(storage), self._filled
-        if n < filled:  # the storage was emptied
-            tree.update(torch.arange(n, filled, device=tree.device), 0.0)
-        written = getattr(storage, "write_count", None)
-        if written is None:  # a storage that does not count writes: trust its length
-            if n > filled:
-                tree.update(torch.arange(filled, n, device=tree.device), self._max_priority)
-        elif written != self._seen:
-            # the last `new` writes ended just before the cursor
-            new = (
-                min(written - self._seen, n)
-                if self._seen is not None and written > self._seen
-                else n
-            )
-            cursor = int(getattr(storage, "cursor", n % tree.capacity))
-            slots = torch.arange(cursor - new, cursor, device=tree.device) % tree.capacity
-            tree.update(slots, self._max_priority)
-        self._filled, self._seen = n, written
+    def _in_sync(self, storage: Storage) -> bool:
+        return (
+            self._tree is not None
+            and self._generation == storage.generation
+            and self._seen == storage.write_count
+            and self._filled == len(storage)
+        )
+
+    def _sync(self, storage: Storage) -> SumTree:
+        """Match the tree to the rows the storage holds now (writes behind our back, emptying, restores)."""
+        tree = self._bind(storage)
+        n, filled, cap = len(storage), self._filled, tree.capacity
+        written, generation = storage.write_count, storage.generation
+        if self._generation is not None and generation != self._generation:
+            # the rows were restored or emptied without this sampler's state: no priority is known
+            values = torch.full((n,), self._max_priority, dtype=torch.float64, device=tree.device)
+            tree.set_leaves(values)
+        else:
+            if n < filled:  # the storage was emptied
+                tree.assign(torch.arange(n, filled, device=tree.device), _scalar(0.0, tree))
+            if written != self._seen:
+                # the last `new` writes ended just before the cursor
+                seen = self._seen
+                new = min(written - seen, n) if seen is not None and written > seen else n
+                cursor = storage.cursor
+                slots = torch.arange(cursor - new, cursor, device=tree.device) % cap
+                tree.assign(slots, _scalar(self._max_priority, tree))
+        self._filled, self._seen, self._generation = n, written, generation
         return tree
 
-    def on_extend(self, index: torch.Tensor, storage) -> None:
-        tree = self._attach(storage)
-        index = torch.as_tensor(index).reshape(-1)
-        tree.update(index, self._max_priority)
+    def on_extend(self, index: torch.Tensor, storage: Storage) -> None:
+        tree = self._tree
         k = index.numel()
-        self._filled = min(tree.capacity, self._filled + k)
-        if self._seen is not None:
-            self._seen += k
-        if len(storage) != self._filled or getattr(storage, "write_count", None) != self._seen:
+        if (
+            tree is not None
+            and self._generation == storage.generation
+            and self._seen is not None
+            and self._seen + k == storage.write_count
+            and len(storage) == min(tree.capacity, self._filled + k)
+        ):
+            tree.assign(index.reshape(-1).to(tree.device), _scalar(self._max_priority, tree))
+            self._filled, self._seen = len(storage), storage.write_count
+        else:
             self._sync(storage)
 
     # -- sampling --------------------------------------------------------------------------
 
-    def sample(self, storage, n: int, generator: torch.Generator) -> torch.Tensor:
-        if len(storage) == 0:
-            raise EmptyBufferError("cannot sample: the source holds no rows; extend it first")
+    def sample(self, storage: Storage, n: int, generator: torch.Generator) -> torch.Tensor:
         tree = self._tree
-        if (
-            tree is None
-            or self._filled != len(storage)
-            or self._seen != getattr(storage, "write_count", None)
-        ):
+        if tree is None or not self._in_sync(storage):
             tree = self._sync(storage)
+        if self._filled == 0:
+            raise EmptyBufferError("cannot sample: the source holds no rows; extend it first")
         gdev = generator.device
         u = torch.rand(n, generator=generator, dtype=torch.float64, device=gdev)
         if self._stratified:
-            u = (torch.randperm(n, generator=generator, device=gdev) + u) / n
-        u = u.to(tree.device)
-        # u < 1, but u * total can round up to total; find() then picks the last positive slot
-        return tree.find(u * tree.total_tensor())
+            u.add_(torch.randperm(n, generator=generator, device=gdev)).div_(n)
+        if u.device != tree.device:
+            u = u.to(tree.device)
+        return tree.sample(u)
 
-    def weight(self, index: torch.Tensor, storage) -> torch.Tensor:
-        """Importance weights ``(p_min / p_i) ** beta`` over the batch ``index`` (float32, in ``(0, 1]``)."""
-        tree = self._tree if self._tree is not None else self._sync(storage)
-        p = tree.get(torch.as_tensor(index))
-        if p.numel() == 0:
-            return p.to(torch.float32)
-        # (N P(i)) ** -beta / max_j (N P(j)) ** -beta == (min_j p_j / p_i) ** beta
-        return (p.min() / p).pow(self._beta).to(torch.float32)
+    def weight(self, index: torch.Tensor, storage: Storage) -> torch.Tensor:
+        """Importance weights ``(min_j p_j / p_i) ** beta``, ``j`` over every row held (float32, in ``(0, 1]``)."""
+        tree = self._tree
+        if tree is None or not self._in_sync(storage):
+            tree = self._sync(storage)
+        p = tree.levels()[0].index_select(0, index.reshape(-1).to(tree.device))
+        if self._beta == 0.0:
+            return torch.ones(p.shape, dtype=torch.float32, device=p.device)
+        return (tree.min_tensor() / p).pow_(self._beta).to(torch.float32)
+
+    # -- priorities ------------------------------------------------------------------------
+
+    def check_priority(
+        self, index: torch.Tensor, priority: torch.Tensor, *, positions: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """Validate an update without applying it; return it ready for :meth:`apply_priority`.
+
+        Args:
+            index: int slots, as returned by :meth:`sample`.
+            priority: one finite value per slot (same number of elements, e.g.
+                ``|td_error|`` of shape ``[B]`` or ``[B, 1]``), or one scalar for all.
+
+        Keyword Args:
+            positions: the caller's position of each entry, named in errors (default:
+                its position in ``priority``).
+
+        Raises:
+            TypeError: non-integer slots or non-real priorities.
+            ValueError: the sizes differ; or a priority is NaN or infinite, or its
+                ``(|priority| + eps) ** alpha`` overflows the tree or underflows to 0
+                (the error's ``position`` attribute is the first bad position).
+            IndexError: a slot holds no row.
+        """
+        index = torch.as_tensor(index)
+        if index.dtype.is_floating_point or index.dtype == torch.bool or index.dtype.is_complex:
+            raise TypeError(f"index must hold integer slots, got dtype {index.dtype}")
+        priority = torch.as_tensor(priority).detach()
+        if priority.numel() != 1 and priority.numel() != index.numel():
+            raise ValueError(
+                f"priority has shape {list(priority.shape)} but index has shape {list(index.shape)}; "
+                "pass one priority per index (or a single scalar)"
+            )
+        if priority.dtype == torch.bool or priority.is_complex():
+            raise TypeError(f"priority must be a real-valued tensor, got dtype {priority.dtype}")
+        tree = self._tree
+        device = tree.device if tree is not None else priority.device
+        index = index.reshape(-1).to(device=device, dtype=torch.int64)
+        raw = priority.reshape(-1).to(device=device, dtype=torch.float64)
+        p = raw.abs().add_(self._eps)
+        if self._alpha != 1.0:
+            p = p.pow_(self._alpha)
+        largest = _largest(tree.capacity if tree is not None else 1)
+        if p.numel():
+            lo, hi = (float(x) for x in torch.aminmax(p))
+            if not (lo > 0.0 and hi <= largest):  # NaN fails both
+                self._priority_error(raw, p, largest, positions)
+        else:
+            hi = 0.0
+        if index.numel():
+            if tree is None and self._pending is not None:
+                raise IndexError(
+                    "cannot update priorities yet: this sampler's state was loaded before it saw "
+                    "its storage; attach it (sampler.attach(storage)) or sample from it first"
+                )
+            filled = self._filled if tree is not None else 0
+            first, last = (int(x) for x in torch.aminmax(index))
+            if first < 0 or last >= filled:
+                valid = f"valid slots: 0..{filled - 1}" if filled else "sample from it first"
+                raise IndexError(
+                    f"cannot update the priority of slot {first if first < 0 else last}: the "
+                    f"source holds {filled} rows ({valid})"
+                )
+        if p.numel() == 1:
+            p = p.expand(index.numel())
+        return index, p, hi
+
+    def _priority_error(
+        self,
+        raw: torch.Tensor,
+        p: torch.Tensor,
+        largest: float,
+        positions: torch.Tensor | None,
+    ) -> None:
+        def where(bad: torch.Tensor) -> list[int]:
+            at = bad.nonzero().reshape(-1)[:5].cpu()
+            if positions is not None:
+                at = torch.as_tensor(positions).reshape(-1).cpu()[at]
+            return [int(i) for i in at]
+
+        bad = ~torch.isfinite(raw)
+        if bool(bad.any()):
+            at = where(bad)
+            err = PriorityError(
+                f"priority must be finite, got {raw[bad][:5].tolist()} at positions {at}; "
+                "check the loss for NaN/inf before updating priorities",
+                position=at[0],
+            )
+        elif bool((p > largest).any()):
+            bad = p > largest
+            at = where(bad)
+            cap = self._tree.capacity if self._tree is not None else 1
+            err = PriorityError(
+                f"priority {raw[bad][:5].tolist()} at positions {at} gives (|priority| + eps) ** "
+                f"alpha = {p[bad][:5].tolist()}, more than a tree of {cap} slots can sum without "
+                f"overflowing (at most {largest:.4g}); scale the priorities down, only their "
+                "ratios matter",
+                position=at[0],
+            )
+        else:
+            bad = ~(p > 0)
+            at = where(bad)
+            err = PriorityError(
+                f"priority {raw[bad][:5].tolist()} at positions {at} gives (|priority| + eps) ** "
+                f"alpha = 0 (eps={self._eps:g}, alpha={self._alpha:g} underflow): such a row could "
+                "never be drawn; raise eps or lower alpha",
+                position=at[0],
+            )
+        raise err
+
+    def apply_priority(self, checked: tuple[torch.Tensor, torch.Tensor, float]) -> None:
+        """Apply an update :meth:`check_priority` returned."""
+        index, p, hi = checked
+        if index.numel() == 0:
+            return
+        tree = self._tree
+        assert tree is not None  # check_priority found rows, so the tree exists
+        tree.assign(index, p)
+        if hi > self._max_priority:
+            self._max_priority = hi
 
     def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:
         """Set the priorities of slots ``index`` to ``(|priority| + eps) ** alpha``.
@@ -223,87 +484,158 @@ class PrioritizedSampler(Sampler):
                 ``|td_error|`` of shape ``[B]`` or ``[B, 1]``), or one scalar for all.
 
         Raises:
-            ValueError: the sizes differ, or a priority is NaN or infinite.
-            IndexError: a slot holds no row.
+            as :meth:`check_priority`, before any priority changes.
         """
-        index = torch.as_tensor(index)
-        if index.dtype.is_floating_point or index.dtype == torch.bool:
-            raise TypeError(f"index must hold integer slots, got dtype {index.dtype}")
-        priority = torch.as_tensor(priority).detach()
-        if priority.numel() != 1 and priority.numel() != index.numel():
-            raise ValueError(
-                f"priority has shape {list(priority.shape)} but index has shape {list(index.shape)}; "
-                "pass one priority per index (or a single scalar)"
-            )
-        if priority.dtype == torch.bool or priority.is_complex():
-            raise TypeError(f"priority must be a real-valued tensor, got dtype {priority.dtype}")
-        index = index.reshape(-1)
-        if index.numel() == 0:
-            return
-        filled = self._filled
-        lo, hi = int(index.min()), int(index.max())
-        if lo < 0 or hi >= filled:
-            valid = f"valid slots: 0..{filled - 1}" if filled else "sample from it first"
-            raise IndexError(
-                f"cannot update the priority of slot {lo if lo < 0 else hi}: the source holds "
-                f"{filled} rows ({valid})"
-            )
-        tree = self._tree
-        p = priority.to(device=tree.device, dtype=torch.float64).reshape(-1)
-        bad = ~torch.isfinite(p)
-        if bool(bad.any()):
-            where = bad.nonzero().reshape(-1)[:5].tolist()
-            raise ValueError(
-                f"priority must be finite, got {p[bad][:5].tolist()} at positions {where}; "
-                "check the loss for NaN/inf before updating priorities"
-            )
-        p = (p.abs() + self._eps).pow(self._alpha)
-        if p.numel() == 1:
-            p = p.expand(index.numel())
-        tree.update(index, p)
-        self._max_priority = max(self._max_priority, float(p.max()))
+        self.apply_priority(self.check_priority(index, priority))
 
     # -- state -----------------------------------------------------------------------------
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """The priorities of the filled slots (on CPU), the running max and the config."""
         tree = self._tree
-        priorities = (
-            torch.empty(0, dtype=torch.float64)
-            if tree is None
-            else tree.leaves[: self._filled].cpu().clone()
-        )
+        if tree is not None:
+            priorities, capacity = tree.leaves[: self._filled].cpu().clone(), tree.capacity
+        elif self._pending is not None:
+            priorities, capacity = self._pending[0].clone(), self._pending[1]
+        else:
+            priorities, capacity = torch.empty(0, dtype=torch.float64), 0
         return {
             "priorities": priorities,
-            "capacity": 0 if tree is None else tree.capacity,
+            "capacity": capacity,
             "max_priority": self._max_priority,
             "beta": self._beta,
             "write_count": -1 if self._seen is None else self._seen,
         }
 
-    def load_state_dict(self, state: dict) -> None:
-        try:
-            priorities = torch.as_tensor(state["priorities"], dtype=torch.float64).reshape(-1)
-            capacity, max_priority = int(state["capacity"]), float(state["max_priority"])
-        except KeyError as err:
-            raise ValueError(
-                f"PrioritizedSampler state lacks {err.args[0]!r}; expected keys "
-                "['beta', 'capacity', 'max_priority', 'priorities'], got "
-                f"{sorted(state)}"
-            ) from None
-        if capacity == 0:
-            self._tree, self._filled = None, 0
-        else:
-            if priorities.numel() > capacity:
-                raise ValueError(
-                    f"PrioritizedSampler state holds {priorities.numel()} priorities for a capacity of {capacity}"
-                )
-            device = self._tree.device if self._tree is not None else None
-            tree = SumTree(capacity, device=device)
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`: checked whole first, so a state that does not fit raises
+        :class:`~mixreplay.CheckpointError` (a ``ValueError``) and changes nothing.
+
+        The saved capacity must be this sampler's (its storage's ``max_size``, or
+        ``max_capacity``); it never sizes an allocation by itself.
+        """
+        priorities, capacity, max_priority, seen, beta = self._check_state(state)
+        known = self._tree.capacity if self._tree is not None else self._max_capacity
+        if capacity and known is not None and capacity != known:
+            raise CheckpointError(
+                f"the PrioritizedSampler state was saved for a storage of max_size {capacity}, "
+                f"this sampler serves one of max_size {known}; build the storage with the saved "
+                "capacity"
+            )
+        # -- nothing below can fail
+        if self._tree is not None:
+            self._tree.set_leaves(priorities)
+        elif capacity and self._max_capacity is not None:
+            tree = SumTree(self._max_capacity)  # sized by the constructor, never by the state
             tree.set_leaves(priorities)
-            self._tree, self._filled = tree, priorities.numel()
+            self._tree = tree
+        else:  # no storage seen yet: the tree is sized (and the capacity checked) on attach
+            self._pending = (priorities, capacity) if capacity else None
+        self._filled = priorities.numel()
         self._max_priority = max_priority
-        seen = int(state.get("write_count", self._filled))
-        self._seen = None if seen < 0 else seen
-        if "beta" in state:
-            self.beta = float(state["beta"])
+        self._seen = seen
+        self._generation = None  # the restored priorities describe the storage as it is now
+        if beta is not None:
+            self._beta = beta
+
+    def _check_state(self, state: Any) -> tuple[torch.Tensor, int, float, int | None, float | None]:
+        def bad(what: str) -> CheckpointError:
+            return CheckpointError(f"PrioritizedSampler state: {what}")
+
+        if not isinstance(state, dict):
+            raise bad(f"expected a dict, got {describe(state)}")
+        missing = [k for k in ("priorities", "capacity", "max_priority") if k not in state]
+        if missing:
+            raise CheckpointError(
+                f"PrioritizedSampler state lacks {missing[0]!r}; expected keys "
+                f"['beta', 'capacity', 'max_priority', 'priorities', 'write_count'], got {sorted(state)}"
+            )
+        priorities = state["priorities"]
+        if not isinstance(priorities, torch.Tensor) or priorities.dtype.is_complex:
+            raise bad(f"'priorities' must be a real tensor, got {describe(priorities)}")
+        priorities = priorities.detach().to(torch.float64).reshape(-1).cpu()
+        capacity = _state_int(state["capacity"], "capacity", bad)
+        if capacity == 0 and priorities.numel():
+            raise bad(f"{priorities.numel()} priorities saved for a capacity of 0")
+        if priorities.numel() > capacity:
+            raise bad(f"{priorities.numel()} priorities saved for a capacity of {capacity}")
+        largest = _largest(max(capacity, 1))
+        if priorities.numel():
+            lo, hi = (float(x) for x in torch.aminmax(priorities))
+            if not (lo >= 0.0 and hi <= largest):
+                raise bad(
+                    f"priorities must be finite, >= 0 and at most {largest:.4g} for a capacity "
+                    f"of {capacity}, got values in [{lo!r}, {hi!r}]"
+                )
+        max_priority = state["max_priority"]
+        if (
+            isinstance(max_priority, bool)
+            or not isinstance(max_priority, (int, float))
+            or not 0.0 < max_priority <= largest
+        ):
+            raise bad(
+                f"'max_priority' must be a number in (0, {largest:.4g}] (a (|priority| + eps) "
+                f"** alpha is positive), got {max_priority!r}"
+            )
+        seen = _state_int(state.get("write_count", priorities.numel()), "write_count", bad, lo=-1)
+        beta = state.get("beta")
+        if beta is not None:
+            try:
+                beta = check_real(beta, "PrioritizedSampler state 'beta'", min=0.0, max=1.0)
+            except (TypeError, ValueError) as err:
+                raise bad(str(err)) from None
+        return priorities, capacity, float(max_priority), (None if seen < 0 else seen), beta
+
+
+def _arguments(args: tuple[Any, ...], keywords: dict[str, Any]) -> dict[str, Any]:
+    """The arguments given, positional ones named by the order their first one implies."""
+    order: tuple[str, ...] = ("alpha", "beta", "eps")
+    if args and _is_int(args[0]):
+        order = ("max_capacity", "alpha", "beta", "eps")  # TorchRL's
+    if len(args) > len(order):
+        raise TypeError(
+            f"PrioritizedSampler takes at most {len(order)} positional arguments "
+            f"({', '.join(order)}), got {len(args)}"
+        )
+    given = {k: v for k, v in keywords.items() if v is not _UNSET}
+    for name, value in zip(order, args):
+        if name in given:
+            raise TypeError(
+                f"PrioritizedSampler got two values for {name}: {args!r} is read in the order "
+                f"({', '.join(order)}) and {name}= was passed too; pass each argument once, "
+                "preferably by keyword"
+            )
+        given[name] = value
+    if "max_capacity" in given and given["max_capacity"] is None:
+        del given["max_capacity"]
+    return given
+
+
+def _is_int(value: Any) -> bool:
+    if isinstance(value, bool) or isinstance(value, float):
+        return False
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _state_int(value: Any, name: str, bad: Any, lo: int = 0) -> int:
+    if isinstance(value, bool) or not _is_int(value) or operator.index(value) < lo:
+        raise bad(f"{name!r} must be an int >= {lo}, got {describe(value)}")
+    return operator.index(value)
+
+
+def _device(device: Any) -> torch.device:
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
+        raise TypeError(
+            f"PrioritizedSampler device must be a torch.device or a device string, got {describe(device)}"
+        ) from None
+
+
+def _scalar(value: float, tree: SumTree) -> torch.Tensor:
+    # a 0-d tensor: SumTree.assign expands it over the slots and needs no last-write-wins pass
+    return torch.tensor(value, dtype=torch.float64, device=tree.device)

@@ -1,28 +1,58 @@
-"""A sum tree over non-negative values: batched updates and prefix-sum search in torch.
+"""A sum tree with a min tree beside it: batched updates and prefix-sum search in torch.
 
-The tree is ``B``-ary (``B = 32``): level 0 is the root, each level is one
-tensor, and the children of node ``k`` of a level are row ``k`` of the next
-level viewed as ``[-1, B]``. The ``capacity`` leaves are the first entries of
-the last level; each level is padded to a multiple of ``B`` with zeros, so the
-tree takes about ``capacity * B / (B - 1)`` values. A batch
-of ``k`` updates or searches is a handful of tensor ops per level, and a wide
-tree has few levels (4 for a million slots), so the cost is dominated by a few
-dozen kernel launches, on CPU or CUDA alike, never by a Python loop over
-elements.
+Layout (``arity`` ``b``, ``top`` ``T``): level 0 holds the ``capacity`` leaves;
+level ``d + 1`` holds the sums of the rows of ``b`` children of level ``d``
+(level ``d`` viewed as ``[-1, b]``, padded with zeros to whole rows). Levels are
+added only until one holds at most ``T`` values: that *top* level is searched
+with one cumulative sum and one binary search instead of ``log_b(T)`` more levels
+of descent. With the defaults (``b = 32``, ``T = 4096``) a ring of 100,000 slots
+has two levels (one step of descent below the top), a million slots three.
+
+Why this shape (measured in ``benchmarks/bench_samplers.py``, see
+``notes/samplers.md``): on a CPU a batch of 256 searches or updates costs a few
+microseconds per tensor op whatever its size, so the op count decides, and
+each level of descent is about eight ops while a cumulative sum over 4,096
+values is one op of about the same cost as one of them.
+
+Beside the sums, the tree keeps the same levels of *minimums of the positive
+values* (an empty slot, value 0, counts as ``+inf``): :meth:`min` is the
+smallest positive value in O(top), which is what buffer-wide importance weights
+need (:class:`~mixreplay.samplers.PrioritizedSampler`).
 
 Parents are recomputed from their children (never adjusted by deltas), so
-rounding errors do not accumulate over millions of updates. Values are kept in
-float64.
+rounding errors do not accumulate over millions of updates. Values are float64.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 __all__ = ["SumTree"]
 
-_B = 32  # branching factor: few levels, and a row of children is one cheap gather
+_ARITY = 32  # children per node: a row of children is one cheap gather
+_TOP = 4096  # the top level is searched flat: one cumsum + one binary search
 _BELOW = 1.0 - 2.0**-51  # x * _BELOW < x for every positive normal float64 x
+#: ATen's ``searchsorted`` runs in parallel above 200 queries; on a busy machine a
+#: wake-up of the thread pool costs milliseconds, so searches go in chunks of 200.
+_GRAIN = 200
+_INF = math.inf
+
+
+def search(sorted_rows: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``torch.searchsorted(sorted_rows, values, right=True)``, in chunks that stay serial on CPU."""
+    n = values.shape[0]
+    if n <= _GRAIN or values.device.type != "cpu":
+        return torch.searchsorted(sorted_rows, values, right=True)
+    out = torch.empty(values.shape, dtype=torch.int64)
+    rows = sorted_rows.dim() > 1
+    for i in range(0, n, _GRAIN):
+        j = i + _GRAIN
+        torch.searchsorted(
+            sorted_rows[i:j] if rows else sorted_rows, values[i:j], right=True, out=out[i:j]
+        )
+    return out
 
 
 class SumTree:
@@ -32,51 +62,90 @@ class SumTree:
         capacity: number of slots (leaves), ``>= 1``.
         device: where the tree lives (CPU by default).
 
+    Keyword Args:
+        arity: children per node, ``>= 2``.
+        top: the most values the top level may hold (searched flat), ``>= 1``.
+
     Examples:
         >>> import torch
         >>> from mixreplay.samplers.sumtree import SumTree
         >>> tree = SumTree(4)
         >>> tree.update(torch.tensor([0, 1, 2, 3]), torch.tensor([1.0, 2.0, 3.0, 4.0]))
-        >>> tree.total()
-        10.0
+        >>> tree.total(), tree.min()
+        (10.0, 1.0)
         >>> tree.find(torch.tensor([0.5, 1.0, 2.9, 3.0, 9.99])).tolist()
         [0, 1, 1, 2, 3]
     """
 
-    def __init__(self, capacity: int, device: torch.device | str | None = None):
-        if isinstance(capacity, bool) or not isinstance(capacity, int):
-            raise TypeError(
-                f"SumTree capacity must be an int >= 1, got {type(capacity).__name__} {capacity!r}"
-            )
-        if capacity < 1:
-            raise ValueError(f"SumTree capacity must be an int >= 1, got {capacity}")
+    def __init__(
+        self,
+        capacity: int,
+        device: torch.device | str | None = None,
+        *,
+        arity: int = _ARITY,
+        top: int = _TOP,
+    ):
+        for name, value, lo in (("capacity", capacity, 1), ("arity", arity, 2), ("top", top, 1)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(
+                    f"SumTree {name} must be an int >= {lo}, got {type(value).__name__} {value!r}"
+                )
+            if value < lo:
+                raise ValueError(f"SumTree {name} must be an int >= {lo}, got {value}")
         self.capacity = capacity
-        self._b = b = _B
-        # level sizes, leaves up: each a multiple of b (a whole number of child rows)
-        sizes = [capacity]
-        while sizes[-1] > 1:
-            sizes[-1] = -(-sizes[-1] // b) * b
-            sizes.append(sizes[-1] // b)
-        self.depth = len(sizes) - 1  # levels below the root
+        self.arity = arity
         self.device = torch.device(device) if device is not None else torch.device("cpu")
-        self._levels = [
-            torch.zeros(n, dtype=torch.float64, device=self.device) for n in reversed(sizes)
+        sizes = [capacity]  # leaves first; each level but the top padded to whole rows
+        while sizes[-1] > top:
+            sizes[-1] = -(-sizes[-1] // arity) * arity
+            sizes.append(sizes[-1] // arity)
+        self._sums = [torch.zeros(n, dtype=torch.float64, device=self.device) for n in sizes]
+        self._mins = [
+            torch.full((n,), _INF, dtype=torch.float64, device=self.device) for n in sizes
         ]
+        self._clear_cache()
+
+    def _clear_cache(self) -> None:
+        self._cums: torch.Tensor | None = None  # inclusive cumsum of the top level
+        self._excl: torch.Tensor | None = None  # exclusive cumsum of the top level
+        self._least: torch.Tensor | None = None  # smallest positive value, 0-d
+
+    @property
+    def depth(self) -> int:
+        """Levels of descent below the top level."""
+        return len(self._sums) - 1
 
     # -- reading ---------------------------------------------------------------------------
 
     @property
     def leaves(self) -> torch.Tensor:
         """The ``capacity`` leaf values, a view (read it, do not write it)."""
-        return self._levels[-1][: self.capacity]
+        return self._sums[0][: self.capacity]
+
+    def _top(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._cums is None or self._excl is None:
+            top = self._sums[-1]
+            self._cums = top.cumsum(0)
+            self._excl = self._cums - top
+        return self._cums, self._excl
 
     def total(self) -> float:
         """The sum of every value."""
-        return float(self._levels[0][0])
+        return float(self._top()[0][-1])
 
     def total_tensor(self) -> torch.Tensor:
         """The sum of every value as a 0-d tensor on the tree's device (no host sync)."""
-        return self._levels[0][0]
+        return self._top()[0][-1]
+
+    def min(self) -> float:
+        """The smallest positive value (``inf`` when every value is 0)."""
+        return float(self.min_tensor())
+
+    def min_tensor(self) -> torch.Tensor:
+        """:meth:`min` as a 0-d tensor on the tree's device (no host sync)."""
+        if self._least is None:
+            self._least = self._mins[-1].amin()
+        return self._least
 
     def max(self) -> float:
         """The largest value (a reduction over the leaves: ``O(capacity)``)."""
@@ -85,15 +154,15 @@ class SumTree:
     def get(self, index: torch.Tensor) -> torch.Tensor:
         """The values at slots ``index`` (float64, on the tree's device)."""
         index = self._index(index)
-        return self._levels[-1][index]
+        return self._sums[0][index]
 
     def find(self, prefix_sums: torch.Tensor) -> torch.Tensor:
         """For each prefix sum ``s``, the slot ``i`` with ``sum(v[:i]) <= s < sum(v[:i + 1])``.
 
-        One batched descent from the root. Only slots holding a positive value
-        are ever returned (while :meth:`total` is positive): a sum at or beyond
-        the total, as rounding can produce, lands on the last positive slot, and
-        a negative one on the first. With a total of 0 every sum finds slot 0.
+        One batched search. Only slots holding a positive value are ever
+        returned (while :meth:`total` is positive): a sum at or beyond the
+        total, as rounding can produce, lands on the last positive slot, and a
+        negative one on the first. With a total of 0 every sum finds slot 0.
 
         Args:
             prefix_sums: float tensor of any shape, nominally in ``[0, total)``.
@@ -103,19 +172,38 @@ class SumTree:
         """
         s = torch.as_tensor(prefix_sums).to(device=self.device, dtype=torch.float64)
         shape = s.shape
-        s = s.reshape(-1, 1).clamp(min=0.0)
-        node = torch.zeros_like(s, dtype=torch.int64)
-        b = self._b
-        for level in self._levels[1:]:
-            kids = torch.index_select(level.view(-1, b), 0, node.view(-1))  # [n, b]
-            cums = kids.cumsum(1)
+        cums, _ = self._top()
+        s = torch.minimum(s.reshape(-1).clamp(min=0.0), cums[-1:] * _BELOW)
+        return self._descend(s).reshape(shape)
+
+    def sample(self, u: torch.Tensor) -> torch.Tensor:
+        """The slots at prefix sums ``u * total`` for fractions ``u`` in ``[0, 1)`` (1-D, float64).
+
+        :meth:`find` for the sampler's hot path: ``u`` must already be a 1-D
+        float64 tensor on the tree's device.
+        """
+        cums, _ = self._top()
+        # u < 1, but u * total can round up to the total: keep it strictly below
+        return self._descend(torch.minimum(u * cums[-1], cums[-1:] * _BELOW))
+
+    def _descend(self, s: torch.Tensor) -> torch.Tensor:
+        cums, excl = self._top()
+        top = cums.shape[0]
+        # count of cums <= s: the top-level node; `top` only when the total is 0
+        node = search(cums, s).remainder_(top)
+        if not self.depth:
+            return node
+        b = self.arity
+        s = (s - excl.index_select(0, node)).unsqueeze(1)
+        for level in reversed(self._sums[:-1]):
+            kids = torch.index_select(level.view(-1, b), 0, node)  # [n, b]
+            row = kids.cumsum(1)
             # keep s strictly below this row's sum, so the child picked has a positive value
-            s = torch.minimum(s, cums[:, -1:] * _BELOW)
-            # b only where the row sums to 0 (a total of 0): take the first child, a real node
-            child = torch.searchsorted(cums, s, right=True).remainder_(b)
-            s = s - (cums - kids).gather(1, child)
-            node = torch.add(child, node, alpha=b)
-        return node.reshape(shape)
+            s = torch.minimum(s, row[:, -1:] * _BELOW)
+            child = search(row, s).remainder_(b)  # b only where the row sums to 0
+            s = s - (row - kids).gather(1, child)
+            node = torch.add(child.view(-1), node, alpha=b)
+        return node
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -147,21 +235,31 @@ class SumTree:
             values = values.reshape(-1)
         if index.numel() == 0:
             return
-        bad = ~(values >= 0) | (values == float("inf"))  # NaN fails `>= 0`
+        bad = ~(values >= 0) | (values == _INF)  # NaN fails `>= 0`
         if bool(bad.any()):
             first = values[bad][:5].tolist()
             raise ValueError(
                 f"SumTree values must be finite and >= 0, got {first} at slots {index[bad][:5].tolist()}"
             )
-        if index.numel() > 1:
+        self.assign(index, values)
+
+    def assign(self, index: torch.Tensor, values: torch.Tensor) -> None:
+        """:meth:`update` without the checks: ``index`` valid int64 slots (1-D) and ``values``
+        finite non-negative float64, one per slot or a 0-d tensor for all, on the tree's device."""
+        if values.dim() and index.numel() > 1:
             index, values = _last_write_wins(index, values)
-        levels = self._levels
-        levels[-1][index] = values
-        node, b = index, self._b
-        for d in range(self.depth, 0, -1):
+        sums, mins = self._sums, self._mins
+        sums[0].index_put_((index,), values)
+        mins[0].index_put_((index,), values.masked_fill(values <= 0, _INF))
+        node, b = index, self.arity
+        for d in range(1, len(sums)):
             node = torch.div(node, b, rounding_mode="floor")
-            # duplicates among parents all write the same sum, so the order does not matter
-            levels[d - 1][node] = torch.index_select(levels[d].view(-1, b), 0, node).sum(1)
+            # duplicates among parents all write the same value, so the order does not matter
+            sums[d].index_put_((node,), torch.index_select(sums[d - 1].view(-1, b), 0, node).sum(1))
+            mins[d].index_put_(
+                (node,), torch.index_select(mins[d - 1].view(-1, b), 0, node).amin(1)
+            )
+        self._clear_cache()
 
     def set_leaves(self, values: torch.Tensor) -> None:
         """Replace every value at once: ``values`` fills slots ``[0, len(values))``, the rest become 0."""
@@ -170,24 +268,34 @@ class SumTree:
             raise ValueError(
                 f"SumTree.set_leaves got {values.numel()} values for a capacity of {self.capacity}"
             )
-        if values.numel() and not bool(((values >= 0) & (values < float("inf"))).all()):
+        if values.numel() and not bool(((values >= 0) & (values < _INF)).all()):
             raise ValueError("SumTree values must be finite and >= 0")
-        levels = self._levels
-        levels[-1].zero_()
-        levels[-1][: values.numel()] = values
-        for d in range(self.depth, 0, -1):
-            rows = levels[d].view(-1, self._b)
-            torch.sum(rows, 1, out=levels[d - 1][: rows.shape[0]])
+        sums, mins, b = self._sums, self._mins, self.arity
+        sums[0].zero_()
+        sums[0][: values.numel()] = values
+        mins[0].fill_(_INF)
+        mins[0][: values.numel()] = values.masked_fill(values <= 0, _INF)
+        for d in range(1, len(sums)):
+            rows = sums[d - 1].shape[0] // b
+            torch.sum(sums[d - 1].view(-1, b), 1, out=sums[d][:rows])
+            torch.amin(mins[d - 1].view(-1, b), 1, out=mins[d][:rows])
+        self._clear_cache()
 
     def to(self, device: torch.device | str) -> SumTree:
         """Move the tree to ``device`` (in place); returns ``self``."""
         self.device = torch.device(device)
-        self._levels = [level.to(self.device) for level in self._levels]
+        self._sums = [level.to(self.device) for level in self._sums]
+        self._mins = [level.to(self.device) for level in self._mins]
+        self._clear_cache()
         return self
 
-    def nodes(self) -> list[torch.Tensor]:
-        """Every level of the tree, root first (read-only views; for tests and debugging)."""
-        return list(self._levels)
+    def levels(self) -> list[torch.Tensor]:
+        """The sums, level by level, leaves first and the top last (views; for tests)."""
+        return list(self._sums)
+
+    def min_levels(self) -> list[torch.Tensor]:
+        """The minimums of positive values, level by level, leaves first (views; for tests)."""
+        return list(self._mins)
 
     def _index(self, index) -> torch.Tensor:
         index = torch.as_tensor(index)
@@ -203,6 +311,11 @@ class SumTree:
                 )
         return index
 
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.update(_cums=None, _excl=None, _least=None)  # caches are rebuilt on use
+        return state
+
     def __repr__(self) -> str:
         return f"SumTree(capacity={self.capacity}, total={self.total():.6g}, device={self.device})"
 
@@ -213,5 +326,5 @@ def _last_write_wins(
     """Keep, for each distinct slot, the value of its last occurrence in the batch."""
     slots, order = torch.sort(index, stable=True)
     last = torch.ones_like(slots, dtype=torch.bool)
-    last[:-1] = slots[1:] != slots[:-1]
+    torch.ne(slots[1:], slots[:-1], out=last[:-1])
     return slots[last], values[order[last]]

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from mixreplay.errors import EmptyBufferError
-from mixreplay.samplers import Sampler
+from mixreplay._validate import describe
+from mixreplay.errors import CheckpointError, EmptyBufferError
+from mixreplay.samplers.base import Sampler
+from mixreplay.storages.base import Storage
 
 __all__ = ["SamplerWithoutReplacement"]
 
@@ -18,7 +22,8 @@ class SamplerWithoutReplacement(Sampler):
     batch that exhausts it ends the epoch (:attr:`ran_out` turns true, which
     ends ``iter(rb)``), and a new permutation is drawn right away. When the
     number of rows changes between two batches, a new permutation of all rows
-    is drawn (as TorchRL does: it cannot tell which rows were already handed out).
+    is drawn (as TorchRL does: it cannot tell which rows were already handed out), and
+    so it is when the storage's rows were restored or emptied without this sampler's state.
 
     Args:
         drop_last: at the end of an epoch, drop the last chunk when it is shorter
@@ -40,6 +45,9 @@ class SamplerWithoutReplacement(Sampler):
         [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     """
 
+    #: rows within one draw are distinct: a mixing buffer refuses to ask for more than are held
+    replacement = False
+
     def __init__(self, drop_last: bool = False, shuffle: bool = True):
         for name, value in (("drop_last", drop_last), ("shuffle", shuffle)):
             if not isinstance(value, bool):
@@ -51,19 +59,21 @@ class SamplerWithoutReplacement(Sampler):
         self._order: torch.Tensor | None = None  # the current epoch's permutation
         self._pos = 0  # entries of it already handed out
         self._len = 0  # rows held when it was drawn
+        self._generation: int | None = None  # the storage's generation then (None: adopt it)
         self.ran_out = False
 
-    def config(self) -> dict:
+    def config(self) -> dict[str, Any]:
         return {"drop_last": self.drop_last, "shuffle": self.shuffle}
 
-    def _new_epoch(self, size: int, generator: torch.Generator) -> None:
+    def _new_epoch(self, storage: Storage, generator: torch.Generator) -> None:
+        size = len(storage)
         if self.shuffle:
             self._order = torch.randperm(size, generator=generator, device=generator.device)
         else:
             self._order = torch.arange(size, device=generator.device)
-        self._pos, self._len = 0, size
+        self._pos, self._len, self._generation = 0, size, storage.generation
 
-    def sample(self, storage, n: int, generator: torch.Generator) -> torch.Tensor:
+    def sample(self, storage: Storage, n: int, generator: torch.Generator) -> torch.Tensor:
         size = len(storage)
         if size == 0:
             raise EmptyBufferError("cannot sample: the source holds no rows; extend it first")
@@ -73,29 +83,33 @@ class SamplerWithoutReplacement(Sampler):
                 "batch could be returned without repeating rows; ask for at most "
                 f"{size} rows, or use SamplerWithoutReplacement(drop_last=False)"
             )
-        if self._order is None or self._len != size:
-            self._new_epoch(size, generator)
+        if self._generation is None:  # just restored with its storage: the order fits the rows
+            self._generation = storage.generation
+        if self._order is None or self._len != size or self._generation != storage.generation:
+            # first draw, rows added or removed, or rows restored or emptied behind our back
+            self._new_epoch(storage, generator)
+        assert self._order is not None
         index = self._order[self._pos : self._pos + n]
         self._pos += index.numel()
         left = self._len - self._pos
         self.ran_out = left == 0 or (self.drop_last and left < n)
         if self.ran_out:
-            self._new_epoch(size, generator)
+            self._new_epoch(storage, generator)
         return index
 
-    def available(self, storage) -> int:
+    def available(self, storage: Storage) -> int:
         return len(storage)
 
     # -- state -----------------------------------------------------------------------------
 
-    def draw_state(self):
+    def draw_state(self) -> Any:
         # The permutation is replaced, never written in place, so a reference is a snapshot.
-        return self._order, self._pos, self._len, self.ran_out
+        return self._order, self._pos, self._len, self._generation, self.ran_out
 
-    def restore_draw_state(self, state) -> None:
-        self._order, self._pos, self._len, self.ran_out = state
+    def restore_draw_state(self, state: Any) -> None:
+        self._order, self._pos, self._len, self._generation, self.ran_out = state
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         order = torch.empty(0, dtype=torch.int64) if self._order is None else self._order.cpu()
         return {
             "order": order,
@@ -105,16 +119,29 @@ class SamplerWithoutReplacement(Sampler):
             "started": self._order is not None,
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; a state that does not fit raises
+        :class:`~mixreplay.CheckpointError` and changes nothing."""
+        what = "SamplerWithoutReplacement state"
+        if not isinstance(state, dict) or not {"order", "pos", "len", "started"} <= set(state):
+            raise CheckpointError(
+                f"{what} must be a dict with keys ['len', 'order', 'pos', 'ran_out', 'started'], "
+                f"got {describe(state)}"
+            )
         order = state["order"]
         if not isinstance(order, torch.Tensor) or order.dtype != torch.int64 or order.dim() != 1:
-            raise ValueError("SamplerWithoutReplacement state: 'order' must be a 1-D int64 tensor")
-        pos, length = int(state["pos"]), int(state["len"])
+            raise CheckpointError(f"{what}: 'order' must be a 1-D int64 tensor")
+        pos, length = state["pos"], state["len"]
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in (pos, length)):
+            raise CheckpointError(f"{what}: 'pos' and 'len' must be ints, got {pos!r}, {length!r}")
         started = bool(state["started"])
         if started and (order.numel() != length or not 0 <= pos <= length):
-            raise ValueError(
-                f"SamplerWithoutReplacement state: position {pos} and length {length} do not fit "
+            raise CheckpointError(
+                f"{what}: position {pos} and length {length} do not fit "
                 f"a permutation of {order.numel()} rows"
             )
+        if started and order.numel() and not 0 <= int(order.min()) <= int(order.max()) < length:
+            raise CheckpointError(f"{what}: 'order' holds rows outside 0..{length - 1}")
         self._order = order.clone() if started else None
-        self._pos, self._len, self.ran_out = pos, length, bool(state["ran_out"])
+        self._pos, self._len, self.ran_out = pos, length, bool(state.get("ran_out", False))
+        self._generation = None  # the order describes the storage as restored with it

@@ -25,7 +25,8 @@ from mixreplay import (
 )
 from mixreplay.datasets.memmap import write_memmap_dataset
 from mixreplay.errors import BufferActorError
-from mixreplay.schema import RowLayout, Schema
+from mixreplay.layout import RowLayout
+from mixreplay.schema import Schema
 
 ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'mixreplay[ray]'")
 from mixreplay.distributed import RayReplayBuffer  # noqa: E402

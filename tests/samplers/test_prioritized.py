@@ -7,6 +7,7 @@ import torch
 from tensordict import TensorDict
 
 from mixreplay import (
+    CheckpointError,
     EmptyBufferError,
     FrozenStorage,
     LazyTensorStorage,
@@ -14,6 +15,7 @@ from mixreplay import (
     ReplayBuffer,
 )
 from mixreplay.samplers import PrioritizedSampler, Sampler
+from tests.helpers import assert_state_equal
 
 devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -146,10 +148,83 @@ def test_importance_weights():
     p = torch.tensor([2.0, 8.0, 16.0, 8.0], dtype=torch.float64)
     N, P = 5, p / 31.0
     full = (N * P) ** -0.5
-    assert w.tolist() == pytest.approx((full / full.max()).tolist())
-    assert w.max().item() == 1.0  # normalized by the largest weight of the batch
+    largest = (N * (1.0 / 31.0)) ** -0.5  # the row of lowest priority, over the buffer
+    assert w.tolist() == pytest.approx((full / largest).tolist())
     sampler.beta = 0.0
     assert sampler.weight(index, storage).tolist() == [1.0] * 4
+
+
+def test_weights_are_normalized_over_the_buffer_not_the_batch():
+    """Issue 11.8: a batch without the buffer's lowest-priority row still divides by its weight."""
+    sampler = PrioritizedSampler(alpha=1.0, beta=1.0, eps=1e-9)
+    storage = filled(8, 5, sampler)
+    sampler.update_priority(torch.arange(5), torch.tensor([1.0, 2.0, 4.0, 8.0, 16.0]))
+    w = sampler.weight(torch.tensor([3, 4]), storage)
+    assert w.tolist() == pytest.approx([1 / 8, 1 / 16])  # (p_min / p_i) ** beta, p_min = 1
+    # the minimum is over the rows held: overwriting the lowest one moves it
+    sampler.on_extend(storage.extend(rows(4, 5)), storage)  # slots 5, 6, 7, 0: max priority
+    assert sampler.weight(torch.tensor([3, 4]), storage).tolist() == pytest.approx([2 / 8, 2 / 16])
+
+
+def weighted_estimates(priority: torch.Tensor, functions: dict, batch: int, draws: int):
+    """Draw ``draws`` batches at beta=1; per function f, the z-score of mean(w f) against
+    c * E_uniform[f] (c = N p_min / sum(p) is E[w]: correct weights make E[w f] = c E_uniform[f]),
+    the self-normalized estimate sum(w f) / sum(w), and E_uniform[f]."""
+    N = priority.numel()
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(N),
+        sampler=PrioritizedSampler(alpha=1.0, beta=1.0, eps=1e-9),
+        generator=20240,
+    )
+    rb.extend(rows(N))
+    rb.update_priority(torch.arange(N), priority)
+    p = priority.double() + 1e-9
+    c = N * p.min() / p.sum()
+    x, w = [], []
+    for _ in range(draws):
+        b, info = rb.sample(batch, return_info=True)
+        x.append(b["x"])
+        w.append(info["weight"].double())
+    x, w = torch.cat(x), torch.cat(w)
+    out = {}
+    for name, f in functions.items():
+        fx, uniform = f(x).double(), f(torch.arange(N)).double().mean()
+        wf = w * fx
+        # the weights are float32: allow their rounding beside the sampling error
+        se = wf.std() / math.sqrt(wf.numel()) + 1e-6 * c * uniform.abs()
+        out[name] = (
+            float((wf.mean() - c * uniform) / se),
+            float(wf.sum() / w.sum()),
+            float(uniform),
+        )
+    return out
+
+
+def test_at_beta_one_weighted_expectations_are_uniform_expectations_100_rows():
+    """Issue 11.8's example: 10 rows of low priority among 100. Each weighted mean matches the
+    uniform mean; batch-wise normalization gave the low rows ~0.15x the weight they need."""
+    priority = torch.ones(100)
+    priority[:10] = 0.1
+    low = lambda x: (x < 10).long()  # noqa: E731
+    functions = {"low rows": low, "row id": lambda x: x, "every 7th": lambda x: (x % 7 == 0).long()}
+    for name, (z, estimate, uniform) in weighted_estimates(priority, functions, 32, 3000).items():
+        assert abs(z) < 4.5, (name, z)  # a correct sampler fails this with p < 1e-5 (seeded)
+        assert estimate == pytest.approx(uniform, rel=0.05), name
+
+
+def test_at_beta_one_weighted_expectations_are_uniform_expectations_lognormal():
+    """10,000 lognormal priorities (batch-wise normalization: the low half got 0.83x)."""
+    g = torch.Generator().manual_seed(7)
+    priority = torch.exp(torch.randn(10_000, generator=g))
+    low_rows = priority < priority.median()
+    functions = {
+        "low half": lambda x: low_rows[x].long(),
+        "row id": lambda x: x,
+        "priority": lambda x: priority[x],  # w * p is the same for every row: exact
+    }
+    for name, (z, estimate, uniform) in weighted_estimates(priority, functions, 256, 400).items():
+        assert abs(z) < 4.5, (name, z)
+        assert estimate == pytest.approx(uniform, rel=0.03), name
 
 
 # -- the ring, emptying, rows written behind the sampler's back --------------------------------
@@ -225,7 +300,8 @@ def test_state_dict_round_trip_reproduces_samples():
     assert torch.equal(a, b)
     assert torch.equal(sampler.weight(a, storage), restored.weight(b, storage))
     assert all(
-        torch.equal(a, b) for a, b in zip(sampler.tree.nodes(), restored.tree.nodes(), strict=True)
+        torch.equal(a, b)
+        for a, b in zip(sampler.tree.levels(), restored.tree.levels(), strict=True)
     )
     # and both carry on identically
     for s in (sampler, restored):
@@ -233,7 +309,8 @@ def test_state_dict_round_trip_reproduces_samples():
             storage.extend(rows(2, 20)) if s is sampler else torch.tensor([20, 21]), storage
         )
     assert all(
-        torch.equal(a, b) for a, b in zip(sampler.tree.nodes(), restored.tree.nodes(), strict=True)
+        torch.equal(a, b)
+        for a, b in zip(sampler.tree.levels(), restored.tree.levels(), strict=True)
     )
 
 
@@ -277,18 +354,20 @@ def test_config_repr_equality_pickle():
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"alpha": -0.1}, ValueError, r"alpha must be a finite number in \[0, inf\), got -0.1"),
-        (
-            {"alpha": float("nan")},
-            ValueError,
-            r"alpha must be a finite number in \[0, inf\), got nan",
-        ),
+        ({"alpha": -0.1}, ValueError, r"alpha must be a finite number >= 0, got -0.1"),
+        ({"alpha": float("nan")}, ValueError, r"alpha must be a finite number >= 0, got nan"),
         ({"beta": 1.5}, ValueError, r"beta must be a finite number in \[0, 1\], got 1.5"),
         ({"beta": -1}, ValueError, r"beta must be a finite number in \[0, 1\], got -1.0"),
-        ({"eps": 0.0}, ValueError, r"eps must be a finite number in \(0, inf\), got 0.0"),
-        ({"eps": float("inf")}, ValueError, r"eps must be a finite number in \(0, inf\), got inf"),
+        ({"eps": 0.0}, ValueError, r"eps must be a finite number > 0, got 0.0"),
+        ({"eps": float("inf")}, ValueError, r"eps must be a finite number > 0, got inf"),
         ({"alpha": "0.6"}, TypeError, r"alpha must be a number, got str '0.6'"),
-        ({"stratified": 1}, TypeError, r"stratified must be a bool, got int 1"),
+        ({"stratified": 1}, TypeError, r"stratified must be True or False, got int 1"),
+        ({"max_capacity": 0}, ValueError, r"max_capacity must be an int >= 1, got 0"),
+        (
+            {"max_capacity": 2.5},
+            TypeError,
+            r"max_capacity must be an int, got float 2.5; it is the max_size",
+        ),
     ],
 )
 def test_invalid_config(kwargs, error, message):
@@ -395,3 +474,280 @@ def test_device(device):
     index = sampler.sample(storage, 32, torch.Generator().manual_seed(0))
     assert index.device.type == device and sampler.tree.device.type == device
     assert sampler.weight(index, storage).device.type == device
+
+
+# -- issue 11.7: states and priorities that would break the sampler are refused -----------------
+
+
+def prioritized_buffer(capacity=10, n=10, **kwargs) -> ReplayBuffer:
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(capacity),
+        sampler=PrioritizedSampler(alpha=1.0, **kwargs),
+        batch_size=4,
+        generator=0,
+    )
+    rb.extend(rows(n))
+    rb.update_priority(torch.arange(n), torch.arange(1.0, n + 1))
+    return rb
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            {"capacity": 20},
+            r"saved for a storage of max_size 20, this sampler serves one of max_size 10",
+        ),
+        (  # a capacity that would size a huge allocation is refused before any allocation
+            {"capacity": 2**50},
+            r"saved for a storage of max_size 1125899906842624, this sampler serves one of max_size 10",
+        ),
+        ({"max_priority": -1.0}, r"'max_priority' must be a number in \(0, .*got -1.0"),
+        ({"max_priority": 0.0}, r"'max_priority' must be a number in \(0, .*got 0.0"),
+        ({"max_priority": float("nan")}, r"'max_priority' must be a number in \(0, .*got nan"),
+        ({"max_priority": 1e308}, r"'max_priority' must be a number in \(0, 8.988e\+306\]"),
+        ({"priorities": torch.full((10,), 1e308, dtype=torch.float64)}, r"at most 8.988e\+306 for"),
+        ({"priorities": torch.tensor([-1.0] * 10)}, r"finite, >= 0 .*got values in \[-1.0, -1.0\]"),
+        ({"priorities": torch.ones(11)}, r"11 priorities saved for a capacity of 10"),
+        ({"priorities": "ones"}, r"'priorities' must be a real tensor, got str 'ones'"),
+        ({"capacity": -3}, r"'capacity' must be an int >= 0, got int -3"),
+        ({"write_count": 2.5}, r"'write_count' must be an int >= -1, got float 2.5"),
+        ({"beta": 2.0}, r"beta' must be a finite number in \[0, 1\], got 2.0"),
+    ],
+)
+def test_a_crafted_sampler_state_is_refused_and_changes_nothing(edit, message):
+    rb = prioritized_buffer()
+    state = rb.state_dict()
+    before = rb.state_dict()
+    state["sampler"]["state"].update(edit)
+    with pytest.raises(CheckpointError, match=message):
+        rb.load_state_dict(state)
+    assert_state_equal(before, rb.state_dict())
+    with pytest.raises(CheckpointError, match=message):  # the sampler alone says the same
+        rb.sampler.load_state_dict(state["sampler"]["state"])
+    assert_state_equal(before, rb.state_dict())
+    rb.sample()  # and the buffer still works
+
+
+def test_a_fresh_buffer_checks_the_saved_capacity_against_its_ring():
+    """The sampler knows its ring from the buffer's construction, before any row is written."""
+    state = prioritized_buffer(capacity=20, n=10).state_dict()
+    fresh = ReplayBuffer(storage=LazyTensorStorage(10), sampler=PrioritizedSampler(alpha=1.0))
+    with pytest.raises(CheckpointError, match=r"max_size 20"):  # the storage says it first
+        fresh.load_state_dict(state)
+    state["storage"] = prioritized_buffer(capacity=10).state_dict()["storage"]
+    with pytest.raises(CheckpointError, match=r"saved for a storage of max_size 20"):
+        fresh.load_state_dict(state)
+    assert len(fresh) == 0 and fresh.sampler.tree.capacity == 10
+
+
+def test_a_standalone_sampler_never_sizes_a_tree_by_a_saved_capacity():
+    state = {"priorities": torch.ones(3), "capacity": 2**50, "max_priority": 1.0}
+    sampler = PrioritizedSampler()
+    sampler.load_state_dict(
+        state
+    )  # no storage seen: nothing to check against yet, nothing allocated
+    assert sampler.tree is None
+    storage = LazyTensorStorage(8)
+    storage.extend(rows(3))
+    with pytest.raises(CheckpointError, match=r"saved for a storage of max_size 1125899906842624"):
+        sampler.attach(storage)
+    with pytest.raises(CheckpointError, match=r"saved for a storage of max_size 20, this"):
+        PrioritizedSampler(max_capacity=8, alpha=1, beta=1).load_state_dict(
+            {"priorities": torch.ones(3), "capacity": 20, "max_priority": 1.0}
+        )
+
+
+def test_priorities_whose_sum_would_overflow_are_refused():
+    """Issue 11.7: finite p of 1e308 each made the total inf and every draw return slot 0."""
+    rb = prioritized_buffer()
+    before = rb.state_dict()
+    with pytest.raises(
+        ValueError,
+        match=r"priority \[1e\+308, 1e\+308\] at positions \[0, 1\] gives \(\|priority\| \+ eps\) "
+        r"\*\* alpha = \[1e\+308, 1e\+308\], more than a tree of 10 slots can sum without "
+        r"overflowing \(at most 8.988e\+306\); scale the priorities down",
+    ):
+        rb.update_priority(torch.tensor([3, 4]), torch.tensor([1e308, 1e308], dtype=torch.float64))
+    assert_state_equal(before, rb.state_dict())
+    # the largest allowed value keeps the tree finite, and draws follow the priorities
+    top = torch.finfo(torch.float64).max / 20
+    rb.update_priority(torch.arange(10), torch.full((10,), top, dtype=torch.float64))
+    assert math.isfinite(rb.sampler.tree.total())
+    drawn = torch.cat([rb.sample(64)["x"] for _ in range(20)])
+    assert torch.bincount(drawn, minlength=10).min() > 60  # about 128 each, never all slot 0
+
+
+def test_a_priority_that_underflows_to_zero_is_refused():
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(4), sampler=PrioritizedSampler(alpha=100.0, eps=1e-8)
+    )
+    rb.extend(rows(4))
+    with pytest.raises(ValueError, match=r"priority \[0.0\] at positions \[1\] gives .* = 0"):
+        rb.update_priority(torch.tensor([0, 1]), torch.tensor([1.0, 0.0]))
+
+
+# -- issue 11.6: check a whole update, then apply it --------------------------------------------
+
+
+def test_check_priority_names_the_callers_positions_and_changes_nothing():
+    sampler = PrioritizedSampler(alpha=1.0)
+    filled(10, 10, sampler)
+    leaves = sampler.tree.leaves.clone()
+    with pytest.raises(ValueError, match=r"got \[nan\] at positions \[9\]") as err:
+        sampler.check_priority(
+            torch.tensor([2, 3]), torch.tensor([1.0, math.nan]), positions=torch.tensor([5, 9])
+        )
+    assert err.value.position == 9
+    with pytest.raises(ValueError, match=r"got \[inf\] at positions \[1\]") as err:
+        sampler.check_priority(torch.tensor([2, 3]), torch.tensor([1.0, math.inf]))
+    assert err.value.position == 1
+    checked = sampler.check_priority(torch.tensor([2, 3]), torch.tensor([5.0, 7.0]))
+    assert torch.equal(sampler.tree.leaves, leaves)  # checking applies nothing
+    sampler.apply_priority(checked)
+    assert sampler.tree.get(torch.tensor([2, 3])).tolist() == pytest.approx([5.0, 7.0])
+    assert sampler.max_priority == pytest.approx(7.0)
+
+
+def test_a_mixing_buffer_names_the_batch_row_of_a_bad_priority():
+    from mixreplay import MixtureReplayBuffer
+
+    mix = MixtureReplayBuffer(
+        {"a": LazyTensorStorage(10), "b": LazyTensorStorage(10)},
+        {"a": 1, "b": 1},
+        samplers={"a": PrioritizedSampler(alpha=1.0), "b": PrioritizedSampler(alpha=1.0)},
+        generator=0,
+    )
+    mix.extend(rows(10), source="a")
+    mix.extend(rows(10, 100), source="b")
+    _, info = mix.sample(8, return_info=True)
+    before = mix.state_dict()
+    priority = torch.ones(8, dtype=torch.float64)
+    priority[6] = 1e308  # the second source's third row
+    with pytest.raises(ValueError, match=r"row 6 of the batch"):
+        mix.update_priority(info, priority)
+    assert_state_equal(before, mix.state_dict())
+
+
+# -- restores of the rows ------------------------------------------------------------------------
+
+
+def test_rows_restored_without_the_sampler_get_the_default_priority():
+    """A restore of the storage alone replaces every row: no priority of the old rows applies."""
+    rb = prioritized_buffer()
+    other = prioritized_buffer()
+    rb.update_priority(torch.arange(10), torch.full((10,), 50.0))
+    rb.update_priority(torch.tensor([0]), torch.tensor([0.5]))
+    rb.storage.load_state_dict(other.storage.state_dict())  # same counters, new rows
+    rb.sample()
+    top = 50.0 + 1e-6
+    assert rb.sampler.tree.leaves.tolist() == pytest.approx([top] * 10)
+    # restoring the whole buffer restores the sampler's priorities with the rows
+    rb.load_state_dict(other.state_dict())
+    rb.sample()
+    assert torch.equal(rb.sampler.tree.leaves, other.sampler.tree.leaves)
+
+
+# -- issue 10.6: TorchRL's spelling -----------------------------------------------------------
+
+
+def test_torchrl_spelling_keywords_and_positional():
+    t = PrioritizedSampler(max_capacity=10, alpha=0.7, beta=0.5)
+    assert (t.max_capacity, t.alpha, t.beta, t.eps) == (10, 0.7, 0.5, 1e-8)  # TorchRL's eps
+    assert PrioritizedSampler(10, 0.7, 0.5) == t  # an int first: TorchRL's order
+    assert PrioritizedSampler(10, 0.7, 0.5, 1e-3).eps == 1e-3
+    assert PrioritizedSampler(10, 0.7, beta=0.5) == t
+    m = PrioritizedSampler(0.7, 0.5)  # a float first: mixreplay's order (alpha, beta, eps)
+    assert (m.max_capacity, m.alpha, m.beta, m.eps) == (None, 0.7, 0.5, 1e-6)
+    assert repr(t) == (
+        "PrioritizedSampler(max_capacity=10, alpha=0.7, beta=0.5, eps=1e-08, stratified=True)"
+    )
+    assert t != PrioritizedSampler(alpha=0.7, beta=0.5, eps=1e-8)
+    t = PrioritizedSampler(
+        max_capacity=10, alpha=1.0, beta=1.0, dtype=torch.float64, reduction="mean"
+    )
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=t, generator=0)
+    rb.extend(rows(4))
+    assert t.max_size == 10 and rb.sample(8)["x"].max() < 4
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (
+            lambda: PrioritizedSampler(10),
+            TypeError,
+            r"called TorchRL's way \(max_capacity=10, alpha, beta, eps\) is missing alpha and "
+            r"beta; pass them, or call it mixreplay's way without max_capacity",
+        ),
+        (
+            lambda: PrioritizedSampler(max_capacity=10, alpha=0.5),
+            TypeError,
+            r"is missing beta",
+        ),
+        (
+            lambda: PrioritizedSampler(0.6, alpha=0.5),
+            TypeError,
+            r"got two values for alpha: \(0.6,\) is read in the order \(alpha, beta, eps\)",
+        ),
+        (
+            lambda: PrioritizedSampler(10, 0.6, 0.4, 1e-3, 5),
+            TypeError,
+            r"takes at most 4 positional arguments \(max_capacity, alpha, beta, eps\), got 5",
+        ),
+        (
+            lambda: PrioritizedSampler(max_capacity=10, alpha=1, beta=1, dtype=torch.float32),
+            TypeError,
+            r"does not support TorchRL's dtype=torch.float32 \(only torch.float64, which is "
+            r"mixreplay's behaviour\); mixreplay keeps priorities in float64",
+        ),
+        (
+            lambda: PrioritizedSampler(alpha=1, max_priority_within_buffer=True),
+            TypeError,
+            r"TorchRL's max_priority_within_buffer=True .*largest priority assigned since the "
+            r"sampler was created",
+        ),
+        (
+            lambda: PrioritizedSampler(alpha=1, reduction="sum"),
+            TypeError,
+            r"TorchRL's reduction='sum'",
+        ),
+        (
+            lambda: PrioritizedSampler(alpha=1, capacity=10),
+            TypeError,
+            r"PrioritizedSampler\(\) got an unexpected keyword argument 'capacity'",
+        ),
+        (
+            lambda: ReplayBuffer(
+                storage=LazyTensorStorage(8),
+                sampler=PrioritizedSampler(max_capacity=10, alpha=1, beta=1),
+            ),
+            ValueError,
+            r"PrioritizedSampler\(max_capacity=10\) cannot serve a storage of max_size 8; build it "
+            r"with max_capacity=8",
+        ),
+        (
+            lambda: ReplayBuffer(
+                storage=LazyTensorStorage(8), sampler=PrioritizedSampler(alpha=1, device="meta")
+            ),
+            ValueError,
+            r"PrioritizedSampler\(device='meta'\) cannot serve a storage on cpu",
+        ),
+    ],
+)
+def test_torchrl_spelling_errors(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
+@pytest.mark.torchrl
+def test_every_torchrl_prioritized_sampler_argument_is_handled():
+    import inspect
+
+    from torchrl.data.replay_buffers import PrioritizedSampler as TorchRLPrioritizedSampler
+
+    from mixreplay.samplers.prioritized import _TORCHRL
+
+    ours = set(inspect.signature(PrioritizedSampler.__init__).parameters) | set(_TORCHRL)
+    theirs = set(inspect.signature(TorchRLPrioritizedSampler.__init__).parameters)
+    assert theirs - {"self"} <= ours

@@ -261,6 +261,7 @@ def test_episode_ids_must_be_integers():
         (lambda: SliceSampler(0), ValueError, r"slice_len must be an int >= 1, got 0"),
         (lambda: SliceSampler(2.0), TypeError, r"slice_len must be an int >= 1, got float 2.0"),
         (lambda: SliceSampler(True), TypeError, r"slice_len must be an int >= 1, got bool True"),
+        (lambda: SliceSampler(num_slices=0), ValueError, r"num_slices must be an int >= 1, got 0"),
         (
             lambda: SliceSampler(2, episode_key=3),
             TypeError,
@@ -310,3 +311,193 @@ def test_device(device):
     index = SliceSampler(4).sample(storage, 16, torch.Generator().manual_seed(0))
     t = storage.column("t")[index].view(-1, 4)
     assert (t.diff(dim=1) == 1).all()
+
+
+# -- issue 11.9: every restore of the rows invalidates the index --------------------------------
+
+
+def slices_buffer(lengths, capacity=20, **kwargs) -> ReplayBuffer:
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(capacity), sampler=SliceSampler(4, **kwargs), generator=0
+    )
+    rb.extend(stream(lengths))
+    return rb
+
+
+@pytest.mark.parametrize("key_mode", ["default", "episode_key"])
+@pytest.mark.parametrize("how", ["buffer", "storage", "checkpoint"])
+def test_a_restore_with_the_same_counters_rebuilds_the_index(key_mode, how, tmp_path):
+    """Issue 11.9: the restored rows have the write count, length and cursor of the old ones
+    but other episode boundaries; no slice may cross them."""
+    kwargs = {"episode_key": "eid"} if key_mode == "episode_key" else {}
+    rb = slices_buffer([10, 10], **kwargs)
+    rb.sample(40)  # builds the index of the two long episodes
+    other = slices_buffer([3, 5, 4, 3, 5], **kwargs)
+    for a, b in (("write_count", "write_count"), ("cursor", "cursor")):
+        assert getattr(rb.storage, a) == getattr(other.storage, b)
+    if how == "buffer":
+        rb.load_state_dict(other.state_dict())
+    elif how == "storage":
+        rb.storage.load_state_dict(other.storage.state_dict())
+    else:
+        other.dumps(tmp_path / "ck")
+        rb.loads(tmp_path / "ck")
+    expected = valid_slices(rb.storage, 4)
+    assert drawn_slices(rb.sample(400)["t"].long(), 4) <= expected
+    assert rb.available() == len(expected) == 5  # 2 + 1 + 2 starts in [3, 5, 4, 3, 5]
+
+
+def test_loading_the_sampler_state_drops_its_index():
+    rb = slices_buffer([10, 10])
+    rb.sample(8)
+    sampler = rb.sampler
+    assert sampler._indexes
+    sampler.load_state_dict(sampler.state_dict())
+    assert not sampler._indexes
+
+
+@st.composite
+def ring_histories(draw):
+    """Writes, restores of other rows (same counters or not) and emptying, interleaved."""
+    capacity = draw(st.integers(2, 30))
+    L = draw(st.integers(2, 5))
+    steps = draw(
+        st.lists(
+            st.one_of(
+                st.tuples(st.just("extend"), st.lists(st.integers(1, 9), min_size=1, max_size=4)),
+                st.tuples(st.just("restore"), st.lists(st.integers(1, 9), min_size=1, max_size=6)),
+                st.tuples(st.just("empty"), st.just([])),
+            ),
+            min_size=1,
+            max_size=8,
+        )
+    )
+    return capacity, L, draw(st.sampled_from(["default", "episode_key"])), steps
+
+
+@settings(max_examples=120, deadline=None)
+@given(case=ring_histories(), seed=st.integers(0, 2**31))
+def test_the_index_follows_writes_restores_and_emptying(case, seed):
+    capacity, L, key_mode, steps = case
+    sampler = make_sampler(L, key_mode)
+    storage = LazyTensorStorage(capacity)
+    g = torch.Generator().manual_seed(seed)
+    written = 0
+    for op, lengths in steps:
+        if op == "extend":
+            rows = stream(lengths)
+            rows["t"] += written  # steps keep counting across writes
+            rows["eid"] += 1000 * written
+            storage.extend(rows)
+            written += rows.batch_size[0]
+        elif op == "restore":
+            twin = LazyTensorStorage(capacity)
+            rows = stream(lengths)
+            rows["t"] += written
+            twin.extend(rows)
+            written += rows.batch_size[0]
+            storage.load_state_dict(twin.state_dict())
+        else:
+            storage.empty()
+        expected = valid_slices(storage, L) if len(storage) else set()
+        assert sampler.available(storage) == len(expected)
+        starts = sampler._valid_start_slots(storage)
+        assert {tuple(((s + torch.arange(L)) % capacity).tolist()) for s in starts} == expected
+        if expected:
+            assert drawn_slices(sampler.sample(storage, 4 * L, g), L) <= expected
+
+
+# -- issue 10.6: TorchRL's spelling ---------------------------------------------------------------
+
+
+def test_torchrl_spelling():
+    storage = FrozenStorage.from_tensordict(stream([6, 6, 6]))
+    g = torch.Generator().manual_seed(0)
+    by_len = SliceSampler(slice_len=3, traj_key="eid")
+    assert by_len == SliceSampler(3, episode_key="eid") and by_len.unit == 3
+    by_count = SliceSampler(num_slices=2, end_key=("next", "done"))
+    assert by_count.unit == 2 and by_count.config()["num_slices"] == 2
+    for n in (4, 8, 12):  # two slices of n // 2 steps
+        t = storage.column("t")[by_count.sample(storage, n, g)].view(2, n // 2)
+        assert (t.diff(dim=1) == 1).all()
+        assert (t // 6 == t[:, :1] // 6).all()  # each inside one episode
+    with pytest.raises(EmptyBufferError, match=r"cannot draw slices of 7 steps"):
+        by_count.sample(storage, 14, g)
+    with pytest.raises(ValueError, match=r"num_slices=2 slices of n // 2 steps: n=5 is not"):
+        by_count.sample(storage, 5, g)
+    tolerated = SliceSampler(
+        slice_len=3, strict_length=True, cache_values=True, compile=False, span=False
+    )
+    assert tolerated == SliceSampler(3)
+
+
+def test_end_keys_are_or_ed_and_absent_ones_skipped():
+    rows = stream([4, 4])
+    truncated = torch.zeros(8, 1, dtype=torch.bool)
+    truncated[1] = True  # the first episode was cut after its second step
+    rows["next", "truncated"] = truncated
+    storage = FrozenStorage.from_tensordict(rows)
+    sampler = SliceSampler(
+        2, end_keys=[("next", "done"), ("next", "truncated"), ("next", "terminated")]
+    )
+    assert sampler.config()["end_keys"] == [
+        ("next", "done"),
+        ("next", "truncated"),
+        ("next", "terminated"),
+    ]
+    starts = sampler._valid_start_slots(storage).tolist()
+    assert starts == [0, 2, 4, 5, 6]  # never from step 1 to step 2
+    with pytest.raises(KeyError, match=r"none of the keys \['x'\] is in the storage"):
+        SliceSampler(2, end_keys=["x"]).sample(storage, 2, torch.Generator())
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: SliceSampler(), r"needs exactly one of slice_len= .* and num_slices="),
+        (lambda: SliceSampler(4, num_slices=2), r"needs exactly one of slice_len="),
+        (lambda: SliceSampler(4, episode_key="a", traj_key="b"), r"the same argument"),
+        (
+            lambda: SliceSampler(4, end_key="a", end_keys=["b"]),
+            r"end_key and end_keys are exclusive",
+        ),
+        (lambda: SliceSampler(4, end_keys="done"), r"end_keys must be a list of keys, got 'done'"),
+        (lambda: SliceSampler(4, end_keys=[]), r"end_keys must be a non-empty list of keys"),
+        (
+            lambda: SliceSampler(4, strict_length=False),
+            r"SliceSampler does not support TorchRL's strict_length=False \(only True, which is "
+            r"mixreplay's behaviour\); every slice is whole",
+        ),
+        (
+            lambda: SliceSampler(4, truncated_key=("next", "truncated")),
+            r"writes nothing into the batch",
+        ),
+        (
+            lambda: SliceSampler(4, init_key="is_init"),
+            r"first step of slice k is row k \* slice_len",
+        ),
+        (lambda: SliceSampler(4, span=True), r"never run past an episode"),
+        (lambda: SliceSampler(4, fragmented=True), r"extend each env's steps consecutively"),
+        (lambda: SliceSampler(4, replacement=False), r"drawn with replacement"),
+        (lambda: SliceSampler(4, ends=torch.ones(3)), r"boundaries are read from the rows"),
+        (lambda: SliceSampler(4, use_gpu=True), r"the index lives on the storage's device"),
+        (lambda: SliceSampler(4, pad_output=True), r"nothing to pad"),
+        (lambda: SliceSampler(4, slices=2), r"got an unexpected keyword argument 'slices'"),
+    ],
+)
+def test_torchrl_arguments_mixreplay_lacks_are_refused(make, message):
+    with pytest.raises(TypeError, match=message):
+        make()
+
+
+@pytest.mark.torchrl
+def test_every_torchrl_slice_sampler_argument_is_handled():
+    import inspect
+
+    from torchrl.data.replay_buffers import SliceSampler as TorchRLSliceSampler
+
+    from mixreplay.samplers.slice import _TORCHRL
+
+    ours = set(inspect.signature(SliceSampler.__init__).parameters) | set(_TORCHRL)
+    theirs = set(inspect.signature(TorchRLSliceSampler.__init__).parameters)
+    assert theirs - {"self"} <= ours

@@ -1,4 +1,5 @@
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -24,15 +25,17 @@ def updates(draw):
             max_size=5,
         )
     )
-    return capacity, batches
+    shape = draw(st.sampled_from([(32, 4096), (2, 1), (3, 4), (4, 7)]))  # (arity, top)
+    return capacity, batches, shape
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(case=updates())
 def test_updates_match_a_sequential_loop(case):
-    """Duplicates inside one batch: the last write wins, as in a Python loop."""
-    capacity, batches = case
-    tree = SumTree(capacity)
+    """Duplicates inside one batch: the last write wins, as in a Python loop; every parent is
+    the sum (and the min of the positive values) of its children, at every tree shape."""
+    capacity, batches, (arity, top) = case
+    tree = SumTree(capacity, arity=arity, top=top)
     expected = np.zeros(capacity)
     for batch in batches:
         for i, v in batch:
@@ -43,12 +46,18 @@ def test_updates_match_a_sequential_loop(case):
     np.testing.assert_array_equal(tree.leaves.numpy(), expected)
     assert tree.total() == pytest.approx(expected.sum(), rel=1e-12, abs=1e-12)
     assert tree.max() == expected.max()
-    # every internal node is the sum of its children
-    levels = tree.nodes()
-    for parent, children in itertools.pairwise(levels):
-        sums = children.view(-1, 32).sum(1)  # each level is padded to whole rows of 32 children
-        np.testing.assert_allclose(parent[: sums.numel()].numpy(), sums.numpy(), rtol=1e-12)
-        assert (parent[sums.numel() :] == 0).all()
+    positive = expected[expected > 0]
+    assert tree.min() == (positive.min() if positive.size else math.inf)
+    assert tree.levels()[-1].numel() <= top  # the top level is searched flat
+    for levels, reduce in ((tree.levels(), "sum"), (tree.min_levels(), "min")):
+        for children, parent in itertools.pairwise(levels):
+            rows = children.view(-1, arity)  # each level is padded to whole rows of children
+            if reduce == "sum":
+                np.testing.assert_allclose(parent[: rows.shape[0]].numpy(), rows.sum(1), rtol=1e-12)
+                assert (parent[rows.shape[0] :] == 0).all()
+            else:
+                assert torch.equal(parent[: rows.shape[0]], rows.amin(1))
+                assert (parent[rows.shape[0] :] == math.inf).all()
 
 
 @settings(max_examples=60, deadline=None)
@@ -94,9 +103,10 @@ def test_a_total_of_zero_finds_slot_zero(capacity):
     assert tree.find(torch.tensor([0.0, 1.0, -1.0])).tolist() == [0, 0, 0]
 
 
+@pytest.mark.parametrize("top", [4096, 1, 40])
 @pytest.mark.parametrize("capacity", [31, 32, 33, 1024, 1025, 40_000])
-def test_deep_trees(capacity):
-    tree = SumTree(capacity)
+def test_deep_trees(capacity, top):
+    tree = SumTree(capacity, top=top)
     values = torch.zeros(capacity, dtype=torch.float64)
     values[[0, capacity // 2, capacity - 1]] = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
     tree.update(torch.arange(capacity), values)
@@ -120,9 +130,52 @@ def test_scalar_values_get_and_set_leaves():
     assert tree.get(torch.tensor([0, 1, 3])).tolist() == [0.0, 2.0, 2.0]
     other = SumTree(6)
     other.set_leaves(tree.leaves[:4].clone())
-    assert all(torch.equal(a, b) for a, b in zip(other.nodes(), tree.nodes(), strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(other.levels(), tree.levels(), strict=True))
+    assert all(
+        torch.equal(a, b) for a, b in zip(other.min_levels(), tree.min_levels(), strict=True)
+    )
     other.set_leaves(torch.tensor([]))
-    assert other.total() == 0.0
+    assert other.total() == 0.0 and other.min() == math.inf
+
+
+@pytest.mark.parametrize(("arity", "top"), [(32, 4096), (2, 1), (4, 16)])
+def test_set_leaves_builds_the_tree_that_updates_build(arity, top):
+    g = torch.Generator().manual_seed(0)
+    values = torch.rand(1000, generator=g, dtype=torch.float64)
+    values[::7] = 0.0
+    bulk, stepwise = SumTree(1000, arity=arity, top=top), SumTree(1000, arity=arity, top=top)
+    bulk.set_leaves(values)
+    for chunk in torch.arange(1000).split(37):
+        stepwise.update(chunk, values[chunk])
+    for a, b in zip(bulk.levels() + bulk.min_levels(), stepwise.levels() + stepwise.min_levels()):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=0)
+
+
+def test_the_min_follows_overwrites_and_zeros():
+    """The smallest positive value: raising or zeroing the minimum slot moves it elsewhere."""
+    tree = SumTree(10_000)
+    tree.update(torch.arange(10_000), torch.arange(1, 10_001, dtype=torch.float64))
+    assert tree.min() == 1.0
+    tree.update(torch.tensor([0]), torch.tensor([5e4]))  # the minimum is overwritten upwards
+    assert tree.min() == 2.0
+    tree.update(torch.tensor([1, 2]), torch.tensor([0.0, 0.5]))  # 0 is an empty slot, not a min
+    assert tree.min() == 0.5
+    tree.set_leaves(torch.zeros(10_000))
+    assert tree.min() == math.inf and tree.total() == 0.0
+
+
+def test_many_queries_at_once_agree_with_numpy():
+    """Searches above 200 queries run in chunks (ATen's grain); the answer must not change."""
+    g = torch.Generator().manual_seed(1)
+    values = torch.rand(50_000, generator=g, dtype=torch.float64)
+    tree = SumTree(50_000)
+    tree.set_leaves(values)
+    u = torch.rand(4099, generator=g, dtype=torch.float64)
+    found = tree.sample(u).numpy()
+    cum = np.cumsum(values.numpy())
+    expected = np.searchsorted(cum, u.numpy() * tree.total(), side="right")
+    on_boundary = np.isclose((u.numpy() * tree.total())[:, None], cum[None, :], rtol=1e-9).any(1)
+    assert (found == expected)[~on_boundary].all() and (~on_boundary).sum() > 4000
 
 
 def test_no_drift_over_many_updates():
@@ -140,6 +193,10 @@ def test_errors():
         SumTree(0)
     with pytest.raises(TypeError, match=r"SumTree capacity must be an int >= 1, got float 2.0"):
         SumTree(2.0)
+    with pytest.raises(ValueError, match=r"SumTree arity must be an int >= 2, got 1"):
+        SumTree(4, arity=1)
+    with pytest.raises(ValueError, match=r"SumTree top must be an int >= 1, got 0"):
+        SumTree(4, top=0)
     tree = SumTree(4)
     with pytest.raises(
         IndexError, match=r"SumTree slot 4 is out of range for capacity 4 \(valid: 0..3\)"

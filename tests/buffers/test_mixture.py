@@ -1,5 +1,7 @@
 """MixtureReplayBuffer: N named sources, exact counts, schedules, labels."""
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -13,7 +15,6 @@ from mixreplay import (
     OfflineToOnlineReplayBuffer,
     ReplayBuffer,
     SchemaMismatchError,
-    split_counts,
 )
 from tests.conftest import ted_rows
 
@@ -35,21 +36,70 @@ def three_way(fractions=None, rows=(30, 30, 30), **kw):
 
 @given(b=st.integers(1, 500), w=st.lists(st.floats(0.01, 5.0), min_size=3, max_size=3))
 @settings(max_examples=60, deadline=None)
-def test_counts_match_split_counts_and_rows_carry_their_source(b, w):
+def test_counts_are_within_one_row_of_exact_and_rows_carry_their_source(b, w):
     fr = dict(zip("abc", w))
     mix = three_way(fr)
-    batch = mix.sample(b)
-    counts = torch.bincount(batch["src"], minlength=3).tolist()
-    assert counts == split_counts(b, w)
-    assert torch.equal(
-        batch["action"][:, 0], batch["src"].float()
-    )  # source i was filled with the value i
-    assert (batch["src"].diff() >= 0).all()  # sources in order
+    for _ in range(3):
+        batch = mix.sample(b)
+        counts = torch.bincount(batch["src"], minlength=3).tolist()
+        assert sum(counts) == b
+        for c, x in zip(counts, w):
+            quota = b * x / sum(w)
+            assert math.floor(quota) <= c <= math.ceil(quota)  # the floor or the ceiling
+        # source i was filled with the value i
+        assert torch.equal(batch["action"][:, 0], batch["src"].float())
+        assert (batch["src"].diff() >= 0).all()  # sources in order
 
 
-def test_two_source_mixture_agrees_with_offline_to_online():
+@given(
+    w=st.lists(
+        st.one_of(st.just(0.0), st.floats(0.001, 10.0), st.integers(1, 7)), min_size=2, max_size=6
+    ),
+    sizes=st.lists(st.sampled_from([1, 2, 3, 5, 10, 64, 256]), min_size=1, max_size=40),
+)
+@settings(max_examples=80, deadline=None)
+def test_the_long_run_share_converges_to_the_weights(w, sizes):
+    """The remainder is carried: after any batches, each source's total is within one row of its quota."""
+    if sum(w) == 0:
+        w = [1.0] + w[1:]
+    names = [f"s{i}" for i in range(len(w))]
+    mix = MixtureReplayBuffer(
+        {n: LazyTensorStorage(8) for n in names}, dict(zip(names, w)), generator=0, source_key="src"
+    )
+    for i, n in enumerate(names):
+        mix.extend(ted_rows(3, tag=float(i)), source=n)
+    totals = [0] * len(w)
+    drawn = 0
+    for b in sizes:
+        counts = torch.bincount(mix.sample(b)["src"], minlength=len(w)).tolist()
+        totals = [t + c for t, c in zip(totals, counts)]
+        drawn += b
+        for t, x in zip(totals, w):
+            assert abs(t - drawn * x / sum(w)) < 1 + 1e-9
+
+
+def test_equal_weights_rotate_the_extra_row():
+    """Weights 1:1:1 at B=10 no longer give the first source +33 % for ever (4/3/3 each time)."""
+    mix = three_way({"a": 1, "b": 1, "c": 1})
+    per_batch = [torch.bincount(mix.sample(10)["src"], minlength=3).tolist() for _ in range(3)]
+    assert per_batch == [[4, 3, 3], [3, 4, 3], [3, 3, 4]]
+    assert torch.bincount(mix.sample(3000)["src"], minlength=3).tolist() == [1000, 1000, 1000]
+
+
+def test_the_carry_is_saved_and_restored(tmp_path):
+    a = three_way({"a": 1, "b": 1, "c": 1})
+    a.sample(10)
+    a.dumps(tmp_path / "ck")
+    b = three_way({"a": 1, "b": 1, "c": 1})
+    b.loads(tmp_path / "ck")
+    for _ in range(4):
+        assert torch.equal(a.sample(10)["src"], b.sample(10)["src"])
+
+
+def test_two_source_mixture_agrees_with_offline_to_online_on_exact_splits():
+    """Where ``f * B`` is a whole number both give it; otherwise the mixture carries the rest."""
     off = OfflineDataset.from_tensordict(ted_rows(100, tag=0.0))
-    for f in [0.1, 0.25, 0.3, 0.5, 0.77]:
+    for f in [0.1, 0.25, 0.5, 0.75]:
         o2o = OfflineToOnlineReplayBuffer(
             off, online_capacity=50, offline_fraction=f, generator=0, source_key="s"
         )
@@ -61,8 +111,23 @@ def test_two_source_mixture_agrees_with_offline_to_online():
             source_key="s",
         )
         mix.extend(ted_rows(20, tag=1.0), source="online")
-        for b in [1, 5, 77, 256]:
-            assert torch.equal(o2o.sample(b)["s"], mix.sample(b)["s"])
+        for b in [4, 20, 100, 256]:
+            if (f * b).is_integer():
+                assert torch.equal(o2o.sample(b)["s"], mix.sample(b)["s"])
+    # 0.3 of 5 rows: the reference rounds every batch (2 of 5 for ever, 0.4); the mixture carries
+    o2o = OfflineToOnlineReplayBuffer(
+        off, online_capacity=50, offline_fraction=0.3, generator=0, source_key="s"
+    )
+    o2o.extend(ted_rows(20, tag=1.0))
+    mix = MixtureReplayBuffer(
+        {"offline": off, "online": LazyTensorStorage(50)},
+        {"offline": 0.3, "online": 0.7},
+        generator=0,
+        source_key="s",
+    )
+    mix.extend(ted_rows(20, tag=1.0), source="online")
+    assert sum(int((o2o.sample(5)["s"] == 0).sum()) for _ in range(10)) == 20 == 10 * round(0.3 * 5)
+    assert sum(int((mix.sample(5)["s"] == 0).sum()) for _ in range(10)) == 15
 
 
 def test_empty_sources_are_skipped_and_share_redistributed():
@@ -119,9 +184,15 @@ def test_return_info():
             {"a": -1.0},
             {},
             ValueError,
-            r"fractions\['a'\] must be finite and >= 0, got -1.0",
+            r"fractions\['a'\] must be a finite number >= 0, got -1.0",
         ),
-        ({"a": LazyTensorStorage(4)}, {"a": float("nan")}, {}, ValueError, "must be finite"),
+        (
+            {"a": LazyTensorStorage(4)},
+            {"a": float("nan")},
+            {},
+            ValueError,
+            "must be a finite number",
+        ),
         (
             {"a": LazyTensorStorage(4), "b": LazyTensorStorage(4)},
             {"a": 0, "b": 0},

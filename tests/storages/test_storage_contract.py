@@ -1,17 +1,21 @@
-"""One contract, every storage: in memory, memory-mapped, CUDA (when present)."""
+"""One contract, every storage: rings in memory, memory-mapped, on CUDA (when present),
+read-only rows and a TorchRL storage driven as a ring."""
 
 import pytest
 import torch
 from tensordict import TensorDict
 
 from mixreplay import (
+    CheckpointError,
     FrozenStorage,
     LazyMemmapStorage,
     LazyTensorStorage,
     ReadOnlyError,
     Schema,
     SchemaMismatchError,
+    Storage,
 )
+from mixreplay.storages import adapt_storage
 from tests.conftest import ted_rows
 
 VARIANTS = [
@@ -178,9 +182,9 @@ def test_add_single_row(kind, tmp_path):
 @pytest.mark.parametrize(
     "bad, err, match",
     [
-        (0, ValueError, "positive number of rows, got 0"),
-        (2.5, TypeError, "max_size must be an int, got float 2.5"),
-        (True, TypeError, "max_size must be an int"),
+        (0, ValueError, "max_size must be a positive number of rows, got 0"),
+        (2.5, TypeError, "max_size must be a positive number of rows, got float 2.5"),
+        (True, TypeError, "max_size must be a positive number of rows"),
     ],
 )
 def test_bad_capacity(bad, err, match):
@@ -224,3 +228,86 @@ def test_storages_and_buffers_pickle(kind, tmp_path):
     )
     twin = pickle.loads(pickle.dumps(rb))
     assert torch.equal(twin.sample(6)["next", "reward"].cpu(), rb.sample(6)["next", "reward"].cpu())
+
+
+# -- the contract every storage fulfils: rings, read-only rows, a TorchRL storage --------------
+
+ALL_KINDS = [
+    "memory",
+    "memmap",
+    "frozen",
+    pytest.param("torchrl", marks=pytest.mark.torchrl),
+]
+
+
+def filled_storage(kind, tmp_path, n=6, capacity=8):
+    """A storage of ``kind`` holding ``ted_rows(n)``."""
+    rows = ted_rows(n)
+    if kind == "frozen":
+        return FrozenStorage.from_tensordict(rows)
+    if kind == "torchrl":
+        from torchrl.data import LazyTensorStorage as TorchRLStorage
+
+        s = adapt_storage(TorchRLStorage(capacity))
+    else:
+        s = make_storage(kind, capacity, tmp_path)
+    s.extend(rows)
+    return s
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_every_storage_declares_the_contract(kind, tmp_path):
+    s = filled_storage(kind, tmp_path)
+    assert isinstance(s, Storage)
+    assert len(s) == 6 and s.write_count == 6
+    assert s.cursor == (0 if kind == "frozen" else 6)
+    assert s.max_size == (6 if kind == "frozen" else 8)
+    assert s.device == torch.device("cpu")
+    assert s.schema == Schema.from_tensordict(ted_rows(1))
+    assert s.writable == (kind != "frozen") and s.packed == (kind != "torchrl")
+    assert isinstance(s.generation, int)
+    with s.lock:  # re-entrant
+        with s.lock:
+            got = s.gather_unlocked(torch.tensor([5, 0]))
+    assert got["next", "reward"].squeeze(-1).tolist() == [5.0, 0.0]
+    assert s[1:3]["next", "reward"].squeeze(-1).tolist() == [1.0, 2.0]
+    assert s.column(("next", "reward")).squeeze(-1).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_every_storage_round_trips_its_state(kind, tmp_path):
+    s = filled_storage(kind, tmp_path)
+    state = s.state_dict()
+    if kind == "frozen":  # read-only rows are referenced, never copied
+        assert state["reference"] and state["rows"] == 6 and "fingerprint" in state
+        s.load_state_dict(state)
+        other = FrozenStorage.from_tensordict(ted_rows(6, tag=1.0))
+        with pytest.raises(CheckpointError, match="not the ones saved: fingerprint"):
+            other.load_state_dict(state)
+        return
+    twin = filled_storage(kind, tmp_path / "twin", n=2)
+    generation = twin.generation
+    twin.load_state_dict(state)
+    assert twin.generation != generation  # derived indices (slice starts) must be rebuilt
+    assert (len(twin), twin.cursor, twin.write_count) == (6, 6, 6)
+    assert torch.equal(twin[:]["next", "reward"], s[:]["next", "reward"])
+
+
+@pytest.mark.parametrize("kind", ["memory", "memmap"])
+def test_a_state_that_does_not_fit_changes_nothing(kind, tmp_path):
+    s = filled_storage(kind, tmp_path)
+    before = s.state_dict()
+    bad = dict(before, max_size=9)
+    with pytest.raises(CheckpointError, match="the saved ring has max_size 9, this storage 8"):
+        s.load_state_dict(bad)
+    bad = dict(before, cursor=3)
+    with pytest.raises(CheckpointError, match=r"inconsistent ring \(len=6, cursor=3"):
+        s.load_state_dict(bad)
+    bad = dict(before, rows=before["rows"][:2])
+    with pytest.raises(CheckpointError, match=r"the saved rows must be an int64\[6, \d+\] tensor"):
+        s.load_state_dict(bad)
+    after = s.state_dict()
+    assert {k: v for k, v in after.items() if k != "rows"} == {
+        k: v for k, v in before.items() if k != "rows"
+    }
+    assert torch.equal(after["rows"], before["rows"])

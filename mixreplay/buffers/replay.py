@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import logging
+import operator
+import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from mixreplay import checkpoint
+from mixreplay._state import Plan, generator_state, plan_generator, plan_sampler, sampler_state
 from mixreplay._torchrl_args import UNSUPPORTED_METHODS, check_unsupported, unsupported_method
-from mixreplay.errors import EmptyBufferError
+from mixreplay._validate import check_int, describe
+from mixreplay.errors import CheckpointError, EmptyBufferError
 from mixreplay.prefetch import Prefetcher, check_pin_memory, check_prefetch, pin
 from mixreplay.samplers import RandomSampler, Sampler
-from mixreplay.storage import check_row, is_native_storage
+from mixreplay.storages.base import Storage, check_row
+from mixreplay.storages.foreign import adapt_storage
+from mixreplay.transforms import Compose, Transform
 
 __all__ = ["ReplayBuffer", "check_batch_size", "make_generator"]
 
@@ -29,30 +38,23 @@ def make_generator(generator: torch.Generator | int | None) -> torch.Generator:
         g = torch.Generator()
         g.seed()
         return g
-    if isinstance(generator, bool):
-        raise TypeError(f"generator must be a torch.Generator or an int seed, got {generator!r}")
-    if isinstance(generator, int):
-        return torch.Generator().manual_seed(generator)
-    if not isinstance(generator, torch.Generator):
+    if isinstance(generator, torch.Generator):
+        return generator
+    try:
+        seed = operator.index(generator) if not isinstance(generator, bool) else None
+    except TypeError:
+        seed = None
+    if seed is None:
         raise TypeError(
-            f"generator must be a torch.Generator or an int seed, got {type(generator).__name__}; "
-            "e.g. generator=torch.Generator().manual_seed(0)"
+            f"generator must be a torch.Generator or an int seed, got {describe(generator)}; "
+            "e.g. generator=0 or generator=torch.Generator().manual_seed(0)"
         )
-    return generator
+    return torch.Generator().manual_seed(seed)
 
 
-def check_batch_size(
-    batch_size, *, name: str = "batch_size", allow_none: bool = True
-) -> int | None:
-    if batch_size is None and allow_none:
-        return None
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-        raise TypeError(
-            f"{name} must be a positive int, got {type(batch_size).__name__} {batch_size!r}"
-        )
-    if batch_size <= 0:
-        raise ValueError(f"{name} must be a positive int, got {batch_size}")
-    return batch_size
+def check_batch_size(batch_size: Any, *, name: str = "batch_size") -> int:
+    """A batch size: a positive int (NumPy and 0-dim tensor integers accepted)."""
+    return check_int(batch_size, name, min=1, what="a positive int")
 
 
 class ReplayBuffer:
@@ -66,7 +68,9 @@ class ReplayBuffer:
         sampler: which rows a batch draws; uniform with replacement by default.
         batch_size: default batch size of :meth:`sample`.
         generator: a ``torch.Generator`` (or an int seed) that all sampling draws from.
-        transform: applied to every sampled batch, last.
+        transform: applied to every sampled batch (a callable ``td -> td`` or a TorchRL
+            ``Transform``); more with :meth:`append_transform`. When this buffer is a
+            source of a mixing buffer, its transforms run on the rows it contributes.
         transform_factory: builds ``transform`` (TorchRL's spelling; exclusive with it).
         prefetch: batches a background thread keeps ready (needs ``batch_size``);
             see :mod:`mixreplay.prefetch` for what it guarantees.
@@ -87,8 +91,12 @@ class ReplayBuffer:
     is not meant to be called from two threads at once (they would share one
     generator, and the batches would no longer be reproducible).
 
-    Checkpoints: :meth:`dumps` / :meth:`loads` save and restore the filled rows,
-    cursor, sampler state and generator (see :mod:`mixreplay.checkpoint`).
+    Checkpoints: :meth:`state_dict` / :meth:`load_state_dict` hold the storage's
+    state (the filled rows, cursor, fill and write count; a read-only storage is
+    referenced by its fingerprint), the sampler's and the generator's;
+    :meth:`dumps` / :meth:`loads` write and read them as a checkpoint directory
+    (see :mod:`mixreplay.checkpoint`). Not saved: ``batch_size``, transforms and
+    prefetching (the constructor's).
 
     Examples:
         >>> import torch
@@ -104,15 +112,15 @@ class ReplayBuffer:
     def __init__(
         self,
         *,
-        storage,
+        storage: Any,
         sampler: Sampler | None = None,
         batch_size: int | None = None,
         generator: torch.Generator | int | None = None,
-        transform: Callable[[TensorDictBase], TensorDictBase] | None = None,
-        transform_factory: Callable[[], Callable] | None = None,
+        transform: Transform | None = None,
+        transform_factory: Callable[[], Transform] | None = None,
         prefetch: int | None = None,
         pin_memory: bool = False,
-        **torchrl_kwargs,
+        **torchrl_kwargs: Any,
     ):
         check_unsupported(type(self).__name__, torchrl_kwargs)
         if transform_factory is not None:
@@ -123,24 +131,21 @@ class ReplayBuffer:
                     f"transform_factory must be callable, got {type(transform_factory).__name__}"
                 )
             transform = transform_factory()
-        if not is_native_storage(storage):
-            from mixreplay._foreign import adapt_storage
-
+        if not isinstance(storage, Storage):
             storage = adapt_storage(storage)
-        self._storage = storage
+        self._storage: Storage = storage
         if sampler is None:
             sampler = RandomSampler()
-        elif not isinstance(sampler, Sampler):
+        if not isinstance(sampler, Sampler):
             raise TypeError(
                 f"sampler must be a mixreplay Sampler (RandomSampler, PrioritizedSampler, "
-                f"SliceSampler), got {type(sampler).__name__}"
+                f"SliceSampler, SamplerWithoutReplacement), got {describe(sampler)}"
             )
-        self._sampler = sampler
-        self._batch_size = check_batch_size(batch_size)
+        sampler.attach(storage)  # sizes what it keeps by the storage, checks it fits
+        self._sampler: Sampler = sampler
+        self._batch_size = None if batch_size is None else check_batch_size(batch_size)
         self._generator = make_generator(generator)
-        if transform is not None and not callable(transform):
-            raise TypeError(f"transform must be callable, got {type(transform).__name__}")
-        self._transform = transform
+        self._transform = Compose.of(transform)
         self._prefetch = check_prefetch(prefetch, self._batch_size)
         self._pin_memory = check_pin_memory(pin_memory)
         self._prefetcher = self._make_prefetcher()
@@ -158,7 +163,8 @@ class ReplayBuffer:
             ran_out=self._ran_out,
         )
 
-    def _prefetch_draw(self):
+    def _prefetch_draw(self) -> tuple[TensorDictBase, TensorDict | None]:
+        assert self._batch_size is not None  # prefetching needs a batch size
         return self._sample_now(self._batch_size, info=True)
 
     def _draw_snapshot(self):
@@ -169,7 +175,7 @@ class ReplayBuffer:
         self._sampler.restore_draw_state(state[1])
 
     def _ran_out(self) -> bool:
-        return bool(getattr(self._sampler, "ran_out", False))
+        return self._sampler.ran_out
 
     def _before_write(self) -> None:
         # Draws already asked for see the buffer as it was when they were asked for.
@@ -209,7 +215,7 @@ class ReplayBuffer:
     # -- properties ------------------------------------------------------------------------
 
     @property
-    def storage(self):
+    def storage(self) -> Storage:
         return self._storage
 
     @property
@@ -225,8 +231,22 @@ class ReplayBuffer:
         return self._batch_size
 
     @property
-    def transform(self):
+    def transform(self) -> Compose:
+        """This buffer's transforms, in order (an empty :class:`~mixreplay.transforms.Compose`: none)."""
         return self._transform
+
+    def append_transform(self, transform: Transform) -> None:
+        """Apply ``transform`` to sampled batches, after the transforms already attached.
+
+        Accepts a callable ``td -> td`` or a TorchRL ``Transform`` (e.g. ``DoubleToFloat()``).
+        """
+        self._discard_prefetched()  # batches drawn ahead were transformed the old way
+        self._transform.append(transform)
+
+    def insert_transform(self, index: int, transform: Transform) -> None:
+        """Apply ``transform`` at position ``index`` of this buffer's transforms."""
+        self._discard_prefetched()
+        self._transform.insert(index, transform)
 
     @property
     def schema(self):
@@ -263,16 +283,15 @@ class ReplayBuffer:
 
     def stats(self) -> dict:
         """TorchRL's snapshot of counters: size, write_count, prefetch queue, capacity, utilization."""
-        capacity = getattr(self._storage, "max_size", None)
-        out = {
+        capacity = self._storage.max_size
+        out: dict[str, Any] = {
             "size": len(self),
             "write_count": self.write_count,
             "prefetch_queue_size": 0 if self._prefetcher is None else self._prefetcher.ready,
             "initialized": True,
+            "capacity": int(capacity),
+            "utilization": len(self) / capacity if capacity else 0.0,
         }
-        if capacity is not None:
-            out["capacity"] = int(capacity)
-            out["utilization"] = len(self) / capacity if capacity else 0.0
         return out
 
     def read_all_in_order(self, end: int | None = None) -> TensorDictBase:
@@ -321,7 +340,7 @@ class ReplayBuffer:
                     "batch_size is needed: pass sample(batch_size) or set batch_size= at construction"
                 )
             return self._batch_size
-        return check_batch_size(batch_size, allow_none=False)
+        return check_batch_size(batch_size)
 
     def draw(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Row indices of a batch of ``n``, drawn by this buffer's sampler with ``generator``."""
@@ -353,7 +372,7 @@ class ReplayBuffer:
             index = self._sampler.sample(storage, n, self._generator)
             batch = storage.gather_unlocked(index)
             weight = self._sampler.weight(index, storage) if info else None
-        if self._transform is not None:
+        if self._transform:
             batch = self._transform(batch)
         if self._pin_memory:
             batch = pin(batch)
@@ -369,8 +388,10 @@ class ReplayBuffer:
         n = self._resolve_batch_size(batch_size)
         prefetcher = self._prefetcher
         if prefetcher is not None and n == self._batch_size:
-            (batch, out), ran_out = prefetcher.next()
-            return batch, out, ran_out
+            result, ran_out = prefetcher.next()
+            drawn: TensorDictBase = result[0]  # type: ignore[index]
+            out: TensorDict | None = result[1]  # type: ignore[index]
+            return drawn, out, ran_out
         if prefetcher is not None:
             # Another size: the queued batches are undone, so the sequence stays that of a
             # buffer without prefetching.
@@ -419,53 +440,124 @@ class ReplayBuffer:
         if empty_write_count:
             self._storage.reset_write_count()
 
-    # -- checkpoints (mixreplay.checkpoint) ------------------------------------------------
+    # -- state and checkpoints (mixreplay.checkpoint) ---------------------------------------
 
-    def state_dict(self) -> dict:
-        """A snapshot of the rows, cursor, sampler and generator (tensors and JSON values)."""
-        from mixreplay import checkpoint
+    def state_lock(self) -> AbstractContextManager[Any]:
+        """Hold while reading :meth:`state_dict` with ``copy=False`` (and writing it out)."""
+        return self._storage.lock
 
+    def state_dict(self, *, copy: bool = True, by_reference: bool = False) -> dict[str, Any]:
+        """The buffer's state: storage, sampler and generator, as tensors and JSON values.
+
+        Keyword Args:
+            copy: copy the rows (a snapshot, the default); ``False`` returns views of
+                the storage, valid while :meth:`state_lock` is held.
+            by_reference: save what identifies the rows (count, schema, fingerprint)
+                instead of the rows, as is always done for a read-only storage; a
+                mixing buffer saves its offline side this way.
+
+        While prefetching, the batches not yet returned are discarded first and the
+        generator rewound to before them (see :mod:`mixreplay.prefetch`).
+        """
         self._discard_prefetched()
-        return checkpoint.state_dict(self)
+        storage = self._storage
+        with storage.lock:
+            by_reference = by_reference or not storage.writable
+            return {
+                "kind": type(self).__name__,
+                "storage": storage.reference() if by_reference else storage.state_dict(copy=copy),
+                "sampler": sampler_state(self._sampler),
+                "generator": generator_state(self._generator),
+            }
 
-    def load_state_dict(self, state: dict, *, allow_offline_mismatch: bool = False) -> None:
+    def plan_load_state_dict(self, state: Any, *, allow_offline_mismatch: bool = False) -> Plan:
+        """Check ``state`` whole against this buffer, change nothing; return what applies it.
+
+        Rows saved by reference (offline data) are not restored but compared: this
+        buffer's rows must be the ones saved (fingerprint, row count, schema), unless
+        ``allow_offline_mismatch=True``, which logs the difference and then restores
+        the sampler state only if the row count matches.
+        """
+        name = type(self).__name__
+        if not isinstance(state, dict):
+            raise CheckpointError(f"a {name} state is a dict, got {type(state).__name__}")
+        if state.get("kind") != name:
+            raise CheckpointError(
+                f"the state holds a {state.get('kind')}, not a {name}; load it into a {state.get('kind')}"
+            )
+        plans: list[Plan] = []
+        storage = self._storage
+        saved = state.get("storage")
+        restore_sampler = True
+        if isinstance(saved, dict) and saved.get("reference"):
+            problems = storage.differences(saved)
+            if problems:
+                msg = (
+                    "the rows are not the ones this state was saved with (it references them, "
+                    f"it does not hold them): {'; '.join(problems)}"
+                )
+                if not allow_offline_mismatch:
+                    raise CheckpointError(
+                        f"{msg}. Pass the dataset the run used, or load with "
+                        "allow_offline_mismatch=True to resume with this one anyway"
+                    )
+                log.warning("%s; resuming anyway (allow_offline_mismatch=True)", msg)
+                restore_sampler = saved.get("rows") == len(storage)
+        elif not storage.writable:
+            raise CheckpointError(
+                f"the state holds rows, but this {name}'s storage is read-only "
+                f"({type(storage).__name__}); load it into a buffer over a writable storage"
+            )
+        else:
+            try:
+                plans.append(storage.plan_load_state_dict(saved))
+            except CheckpointError as err:
+                raise CheckpointError(f"storage: {err}") from None
+        if restore_sampler:
+            plans.append(plan_sampler(self._sampler, state.get("sampler"), "sampler"))
+        plans.append(plan_generator(self._generator, state.get("generator"), "generator"))
+
+        def apply() -> None:
+            with self._storage.lock:
+                for plan in plans:
+                    plan()
+
+        return apply
+
+    def load_state_dict(self, state: Any, *, allow_offline_mismatch: bool = False) -> None:
         """Restore :meth:`state_dict`; raises :class:`~mixreplay.CheckpointError`, changing nothing, if it does not fit."""
-        from mixreplay import checkpoint
-
         self._before_write()
-        checkpoint.load_state_dict(self, state, allow_offline_mismatch=allow_offline_mismatch)
+        apply = self.plan_load_state_dict(state, allow_offline_mismatch=allow_offline_mismatch)
+        apply()
         self._drop_prefetched()
 
-    def save(self, path) -> None:
+    def save(self, path: str | os.PathLike[str]) -> None:
         """Alias of :meth:`dumps` (TorchRL's name)."""
         self.dumps(path)
 
     dump = save
 
-    def load(self, path, **kwargs) -> None:
+    def load(self, path: str | os.PathLike[str], **kwargs: Any) -> None:
         """Alias of :meth:`loads` (TorchRL's name)."""
         self.loads(path, **kwargs)
 
-    def dumps(self, path) -> None:
+    def dumps(self, path: str | os.PathLike[str]) -> None:
         """Save a checkpoint directory at ``path``, atomically (see :mod:`mixreplay.checkpoint`).
 
-        While prefetching, the batches not yet returned are discarded first and the
-        generator rewound to before them: the checkpoint holds a buffer that drew exactly
-        the batches it returned, and this buffer and one restored from the checkpoint
-        return the same batches from then on.
+        The rows are written while the storage's lock is held (no copy), so a collector
+        extending meanwhile waits and the checkpoint is one consistent snapshot. While
+        prefetching, the batches not yet returned are discarded first and the generator
+        rewound to before them: the checkpoint holds a buffer that drew exactly the
+        batches it returned, and this buffer and one restored from the checkpoint return
+        the same batches from then on.
         """
-        from mixreplay import checkpoint
+        self._discard_prefetched()  # before the lock: the prefetch thread draws under it
+        with self.state_lock():
+            checkpoint.save_state(path, self.state_dict(copy=False))
 
-        self._discard_prefetched()
-        checkpoint.dumps(self, path)
-
-    def loads(self, path, *, allow_offline_mismatch: bool = False) -> None:
+    def loads(self, path: str | os.PathLike[str], *, allow_offline_mismatch: bool = False) -> None:
         """Restore the checkpoint at ``path``: the next batches are those the saved buffer would have drawn."""
-        from mixreplay import checkpoint
-
-        self._before_write()
-        checkpoint.loads(self, path, allow_offline_mismatch=allow_offline_mismatch)
-        self._drop_prefetched()
+        checkpoint.load_into(self, path, allow_offline_mismatch=allow_offline_mismatch)
 
     def _discard_prefetched(self) -> None:
         if self._prefetcher is not None:

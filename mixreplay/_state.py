@@ -1,0 +1,143 @@
+"""What every stateful part shares: the load protocol and the state of generators and samplers.
+
+Each part of a buffer owns its state, as torch modules do: ``state_dict()``
+returns tensors and JSON values, ``load_state_dict(state)`` restores them. To
+restore a buffer made of parts without ever leaving it half restored, loading is
+two-phase: ``plan_load_state_dict(state)`` checks everything and changes
+nothing, and returns the function that applies the state; a composite plans
+every part first, then applies them all. Any problem is a
+:class:`~mixreplay.CheckpointError` naming the part and what does not fit.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from mixreplay.errors import CheckpointError
+
+__all__ = [
+    "Plan",
+    "Stateful",
+    "generator_state",
+    "jsonable",
+    "plan_generator",
+    "plan_sampler",
+    "sampler_state",
+    "state_fraction",
+    "state_int",
+]
+
+Plan = Callable[[], None]
+
+
+@runtime_checkable
+class Stateful(Protocol):
+    """Anything a checkpoint can hold: it saves and restores its own state."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON would give it back (tuples become lists), for comparisons."""
+    return json.loads(json.dumps(value))
+
+
+def state_int(value: Any, what: str, lo: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise CheckpointError(f"{what} must be an int >= {lo}, got {value!r}")
+    return value
+
+
+def state_fraction(value: Any, what: str) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 <= value <= 1
+    ):
+        raise CheckpointError(f"{what} must be a finite number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def generator_state(generator: torch.Generator) -> dict[str, Any]:
+    return {"device": str(generator.device), "state": generator.get_state()}
+
+
+def plan_generator(generator: torch.Generator, saved: Any, what: str) -> Plan:
+    """Check a saved generator state against ``generator``; return the setter."""
+    state = saved.get("state") if isinstance(saved, dict) else None
+    if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8:
+        got = (
+            f"{state.dtype}{list(state.shape)}"
+            if isinstance(state, torch.Tensor)
+            else repr(saved)[:60]
+        )
+        raise CheckpointError(f"{what}: a generator state must be a uint8 tensor, got {got}")
+    try:
+        torch.Generator(device=generator.device).set_state(state)
+    except (RuntimeError, TypeError, ValueError) as err:
+        raise CheckpointError(
+            f"{what}: the saved state does not fit a {generator.device} generator ({err})"
+        ) from None
+
+    def apply() -> None:
+        generator.set_state(state)
+
+    return apply
+
+
+def _sampler_type(sampler: Any) -> str:
+    return f"{type(sampler).__module__}.{type(sampler).__qualname__}"
+
+
+def sampler_state(sampler: Any) -> dict[str, Any]:
+    return {
+        "type": _sampler_type(sampler),
+        "config": jsonable(sampler.config()),
+        "state": sampler.state_dict(),
+    }
+
+
+def plan_sampler(sampler: Any, saved: Any, what: str) -> Plan:
+    """Check a saved sampler (type, settings, state) against ``sampler``; return the loader."""
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"{what}: the checkpoint holds no sampler state")
+    kind = _sampler_type(sampler)
+    if saved.get("type") != kind:
+        raise CheckpointError(
+            f"{what}: the checkpoint was saved with a {saved.get('type')}, this buffer samples "
+            f"with a {kind}; build the buffer with the same sampler"
+        )
+    state = saved.get("state")
+    config, mine = saved.get("config") or {}, jsonable(sampler.config())
+    differ = sorted(
+        k
+        for k in set(config) | set(mine)
+        if config.get(k) != mine.get(k) and k not in (state or {})
+    )
+    if differ:
+        shown = ", ".join(f"{k}: saved {config.get(k)!r}, buffer {mine.get(k)!r}" for k in differ)
+        raise CheckpointError(
+            f"{what}: the sampler's settings differ ({shown}); build the buffer with the saved "
+            "sampler settings"
+        )
+    try:
+        trial = copy.deepcopy(sampler)
+    except Exception:  # noqa: BLE001 - a sampler that cannot be copied loads without a dry run
+        trial = None
+    if trial is not None:
+        try:
+            trial.load_state_dict(state)
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as err:
+            raise CheckpointError(
+                f"{what}: the saved sampler state does not load ({err})"
+            ) from None
+    return lambda: sampler.load_state_dict(state)

@@ -1,0 +1,375 @@
+"""Any number of named sources mixed by weight, exact per batch and in the long run."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from mixreplay._state import Plan, state_int
+from mixreplay._validate import check_real
+from mixreplay.buffers.engine import MixingBuffer, as_source, check_fraction
+from mixreplay.buffers.offline_to_online import plan_schedule, schedule_config
+from mixreplay.buffers.replay import ReplayBuffer
+from mixreplay.errors import CheckpointError, ReadOnlyError
+from mixreplay.samplers import Sampler
+from mixreplay.schedules import Schedule, as_schedule, check_step
+from mixreplay.schema import NestedKey
+from mixreplay.storages.base import Storage
+from mixreplay.storages.foreign import looks_like_storage
+from mixreplay.transforms import Transform
+
+__all__ = ["MixtureReplayBuffer", "carried_split"]
+
+
+def carried_split(
+    units: int, weights: list[float], carry: list[float]
+) -> tuple[list[int], list[float]]:
+    """Split ``units`` by ``weights`` (normalized), carrying what rounding left over.
+
+    Each count is the floor or the ceiling of its quota ``units * w_i``; the units
+    left after the floors go to the sources furthest behind their long-run share
+    (largest ``carry_i + remainder_i``; ties to the earlier source). The new carry
+    is ``carry_i + quota_i - count_i``: it stays in ``(-1, 1)``, so after any number
+    of batches each source's total is within one row of its total quota, and the
+    long-run share converges to the weights.
+
+    Returns:
+        ``(counts, new_carry)``.
+
+    Examples:
+        >>> counts, carry = carried_split(10, [1, 1, 1], [0.0, 0.0, 0.0])
+        >>> counts
+        [4, 3, 3]
+        >>> carried_split(10, [1, 1, 1], carry)[0]
+        [3, 4, 3]
+    """
+    total = math.fsum(weights)
+    n = len(weights)
+    if total == 0:
+        weights, total = [1.0] * n, float(n)
+    elif math.isinf(total):
+        top = max(weights)
+        weights = [w / top for w in weights]
+        total = math.fsum(weights)
+    quotas = [units * w / total for w in weights]
+    counts = [math.floor(q) for q in quotas]
+    left = units - sum(counts)
+    if left:
+        # only sources with a fractional quota may take an extra unit: counts stay floor or ceil
+        candidates = sorted(
+            (i for i in range(n) if quotas[i] - counts[i] > 1e-12),
+            key=lambda i: (-(carry[i] + quotas[i] - counts[i]), i),
+        )
+        if len(candidates) < left:  # float rounding: complete in order of weight
+            candidates += sorted(
+                (i for i in range(n) if i not in candidates), key=lambda i: -weights[i]
+            )
+        for i in candidates[:left]:
+            counts[i] += 1
+    new = [c + q - k for c, q, k in zip(carry, quotas, counts)]
+    mean = math.fsum(new) / n  # the carries sum to 0; keep float drift from accumulating
+    return counts, [c - mean for c in new]
+
+
+class MixtureReplayBuffer(MixingBuffer):
+    """Any number of named sources, each with its share of every batch.
+
+    Counts: each batch gives source ``i`` the floor or the ceiling of its quota
+    ``B * w_i`` (``w`` the fractions normalized over the sources that have rows), so
+    every batch is within one row of exact. The rows rounding leaves over go to the
+    sources furthest behind their long-run share, a remainder carried from batch to
+    batch (and saved in checkpoints): after any number of batches each source's
+    total is within one row of its total quota, so the long-run share converges to
+    the weights (weights 1:1:1 at ``B=10`` give 4/3/3, 3/4/3, 3/3/4, ...). See
+    :func:`carried_split`. Sources with nothing to draw are skipped and their share
+    goes to the others in proportion to their fractions (the carry restarts when the
+    set of such sources changes).
+
+    Args:
+        sources: name -> a mixreplay buffer or dataset, a storage, a TorchRL buffer or
+            dataset, or any object with ``sample(n)`` and ``len()``. Order matters: it
+            is the order of rows in a batch and of the source labels.
+        fractions: name -> a weight (normalized over the sources) or a schedule.
+
+    Keyword Args:
+        batch_size: default batch size.
+        generator: a ``torch.Generator`` or int seed for every draw.
+        samplers: name -> sampler, for sources given as storages (see below).
+        transform: applied to each whole batch, last (after each source's own).
+        source_key: when set, each batch carries the int64 source index of every row.
+            It must not name a data key.
+        prefetch: batches a background thread keeps ready (needs ``batch_size``; see
+            :mod:`mixreplay.prefetch`); :meth:`set_step` redraws them if the split changes.
+        pin_memory: return batches in page-locked memory (needs CUDA).
+
+    A source given as a storage (``LazyTensorStorage(...)``) becomes a
+    :class:`~mixreplay.ReplayBuffer` with ``samplers.get(name)``.
+
+    Thread safety and checkpoints: as for :class:`OfflineToOnlineReplayBuffer`
+    (collectors may :meth:`extend` any source while one learner samples;
+    :meth:`dumps` saves the rows of every writable source and references the
+    read-only ones).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from mixreplay import LazyTensorStorage, MixtureReplayBuffer
+        >>> mix = MixtureReplayBuffer(
+        ...     {"a": LazyTensorStorage(100), "b": LazyTensorStorage(100), "c": LazyTensorStorage(100)},
+        ...     {"a": 0.5, "b": 0.3, "c": 0.2}, batch_size=10, generator=0, source_key="src")
+        >>> for i, name in enumerate("abc"):
+        ...     _ = mix.extend(TensorDict({"x": torch.full((5,), i)}, [5]), source=name)
+        >>> mix.sample()["src"].tolist()
+        [0, 0, 0, 0, 0, 1, 1, 1, 2, 2]
+    """
+
+    def __init__(
+        self,
+        sources: Mapping[str, Any],
+        fractions: Mapping[str, float | Schedule | Callable[[int], float]],
+        *,
+        batch_size: int | None = None,
+        generator: torch.Generator | int | None = None,
+        samplers: Mapping[str, Sampler] | None = None,
+        transform: Transform | None = None,
+        source_key: NestedKey | None = None,
+        prefetch: int | None = None,
+        pin_memory: bool = False,
+    ):
+        if not isinstance(sources, Mapping) or not sources:
+            raise TypeError(
+                f"sources must be a non-empty mapping name -> buffer, got {type(sources).__name__}"
+            )
+        bad_names = [n for n in sources if not isinstance(n, str) or not n]
+        if bad_names:
+            raise TypeError(
+                f"source names must be non-empty strings, got {bad_names!r}; name each source, "
+                "e.g. {'offline': dataset, 'online': LazyTensorStorage(100_000)}"
+            )
+        if not isinstance(fractions, Mapping):
+            raise TypeError(
+                f"fractions must be a mapping name -> fraction, got {type(fractions).__name__}"
+            )
+        if samplers is not None and not isinstance(samplers, Mapping):
+            raise TypeError(
+                f"samplers must be a mapping name -> Sampler, got {type(samplers).__name__}; "
+                "e.g. samplers={'online': PrioritizedSampler()}"
+            )
+        if set(fractions) != set(sources):
+            raise ValueError(
+                f"fractions must name exactly the sources: sources {sorted(sources)}, "
+                f"fractions {sorted(fractions)}"
+            )
+        samplers = dict(samplers or {})
+        unknown = set(samplers) - set(sources)
+        if unknown:
+            raise ValueError(
+                f"samplers name unknown sources {sorted(unknown)}; sources are {sorted(sources)}"
+            )
+        self._init_common(batch_size, generator, transform, source_key, prefetch, pin_memory)
+        built = []
+        for name, obj in sources.items():
+            if isinstance(obj, Storage) or looks_like_storage(obj):
+                obj = ReplayBuffer(
+                    storage=obj, sampler=samplers.pop(name, None), generator=self._generator
+                )
+            elif name in samplers:
+                raise ValueError(
+                    f"samplers[{name!r}] applies to a source given as a storage; source {name!r} is a "
+                    f"{type(obj).__name__}, which keeps its own sampler"
+                )
+            src = as_source(obj, name)
+            if isinstance(src, ReplayBuffer) and not src.storage.writable and len(src) == 0:
+                raise ValueError(
+                    f"source {name!r} ({type(obj).__name__}) is read-only and holds no rows, so it could "
+                    "never contribute to a batch; fill the dataset before mixing, or drop the source"
+                )
+            built.append(src)
+        self._schedules: dict[str, Schedule] = {}
+        self._fixed: dict[str, float] = {}
+        self._cache: tuple[int | float, list[float]] | None = None
+        for name in sources:
+            f = fractions[name]
+            if callable(f):
+                self._schedules[name] = as_schedule(f)
+            else:
+                self._fixed[name] = check_fraction_weight(f, f"fractions[{name!r}]")
+        if not self._schedules and sum(self._fixed.values()) == 0:
+            raise ValueError(
+                f"fractions sum to 0 ({dict(fractions)}); give at least one source a share"
+            )
+        self._init_sources(list(sources), built)
+        self._step: int | float = 0
+        self._carry: list[float] = [0.0] * len(self._names)
+        self._carry_live: tuple[int, ...] = ()
+        self._pending: tuple[tuple[int, ...], list[float]] | None = None
+        self._evaluate(0)  # a schedule that fails at step 0 fails here
+
+    def _evaluate(self, step: int | float) -> list[float]:
+        cached = self._cache
+        if cached is not None and cached[0] == step:  # fixed weights and schedules of the step
+            return cached[1]
+        sizes = None
+        out = []
+        for name in self._names:
+            if name in self._fixed:
+                out.append(self._fixed[name])
+                continue
+            schedule = self._schedules[name]
+            if schedule.needs_sizes and sizes is None:
+                sizes = {n: len(s) for n, s in zip(self._names, self._sources)}
+            value = schedule(step, sizes=sizes if schedule.needs_sizes else None)
+            out.append(
+                check_fraction(value, f"fractions[{name!r}] at step {step}", open_interval=False)
+            )
+        if sizes is None:
+            self._cache = (step, out)
+        return out
+
+    def _split(self, batch_units: int, live: list[int], sizes: list[int]) -> list[int]:
+        weights = self._evaluate(self._step)
+        live_t = tuple(live)
+        carry = self._carry if live_t == self._carry_live else [0.0] * len(self._names)
+        counts, new = carried_split(
+            batch_units, [weights[i] for i in live], [carry[i] for i in live]
+        )
+        full = [0.0] * len(self._names)
+        for i, c in zip(live, new):
+            full[i] = c
+        self._pending = (live_t, full)
+        return counts
+
+    def _commit_split(self, counts: list[int]) -> None:
+        if self._pending is not None:
+            self._carry_live, self._carry = self._pending
+            self._pending = None
+
+    def _split_state(self) -> Any:
+        return self._carry_live, list(self._carry)
+
+    def _restore_split_state(self, state: Any) -> None:
+        self._carry_live, self._carry = state[0], list(state[1])
+        self._pending = None
+
+    @property
+    def fractions(self) -> dict[str, float]:
+        """The current weight of each source (not yet normalized)."""
+        return dict(zip(self._names, self._evaluate(self._step)))
+
+    def set_step(self, step: int | float) -> None:
+        """Move every schedule to ``step``."""
+        self._evaluate(step)  # first: a schedule that raises changes nothing
+        self._step = check_step(step)
+        self._fractions_changed()
+
+    @property
+    def step(self) -> int | float:
+        return self._step
+
+    def source(self, name: str) -> Any:
+        """The buffer behind source ``name``."""
+        return self._sources[self._index(name)]
+
+    def _index(self, name: str) -> int:
+        try:
+            return self._names.index(name)
+        except ValueError:
+            raise KeyError(f"no source named {name!r}; sources are {list(self._names)}") from None
+
+    def extend(self, data: TensorDictBase, *, source: str) -> torch.Tensor:
+        """Write rows to source ``source``; return the slots written."""
+        i = self._index(source)
+        buf = self._sources[i]
+        if not isinstance(buf, ReplayBuffer) or not buf.storage.writable:
+            raise ReadOnlyError(
+                f"source {source!r} is read-only ({type(buf).__name__}): mixreplay samples it but "
+                "does not write to it; extend a writable source (a storage or a ReplayBuffer over one)"
+            )
+        return self._write(i, data)
+
+    # -- state -----------------------------------------------------------------------------
+
+    def _mixing_state(self) -> dict[str, Any]:
+        fractions: dict[str, Any] = {}
+        for name in self._names:
+            if name in self._fixed:
+                fractions[name] = {"fixed": self._fixed[name]}
+            else:
+                fractions[name] = {"schedule": schedule_config(self._schedules[name])}
+        return {
+            "fractions": fractions,
+            "step": self._step,
+            "carry": {"live": list(self._carry_live), "values": list(self._carry)},
+        }
+
+    def _plan_mixing_state(self, state: dict[str, Any]) -> Plan:
+        saved = state.get("fractions")
+        if not isinstance(saved, dict) or set(saved) != set(self._names):
+            raise CheckpointError(
+                f"the state's fractions do not name this buffer's sources: {saved!r}"
+            )
+        fixed, schedules = {}, {}
+        for name in self._names:
+            entry = saved[name]
+            if not isinstance(entry, dict):
+                raise CheckpointError(f"fractions[{name!r}] must be a dict, got {entry!r}")
+            if "fixed" in entry:
+                try:
+                    fixed[name] = check_fraction_weight(entry["fixed"], f"fractions[{name!r}]")
+                except (TypeError, ValueError) as err:
+                    raise CheckpointError(str(err)) from None
+            else:
+                current = self._schedules.get(name) or as_schedule(self._fixed[name])
+                schedules[name] = plan_schedule(
+                    entry.get("schedule"), current, f"fractions[{name!r}]"
+                )
+        step = state.get("step")
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or not step >= 0:
+            raise CheckpointError(f"step must be a number >= 0, got {step!r}")
+        carry = state.get("carry")
+        live: tuple[int, ...] = ()
+        values = [0.0] * len(self._names)
+        if carry is not None:  # format 1 had no carry
+            if not isinstance(carry, dict):
+                raise CheckpointError(f"carry must be a dict, got {carry!r}")
+            live = tuple(state_int(i, "carry live source") for i in carry.get("live", []))
+            values = carry.get("values")  # type: ignore[assignment]
+            if (
+                not isinstance(values, list)
+                or len(values) != len(self._names)
+                or any(
+                    isinstance(v, bool) or not isinstance(v, (int, float)) or not abs(v) < 1
+                    for v in values
+                )
+                or any(i >= len(self._names) for i in live)
+            ):
+                raise CheckpointError(
+                    f"carry must hold {len(self._names)} numbers in (-1, 1) and live source "
+                    f"indices, got {carry!r}"
+                )
+
+        def apply() -> None:
+            self._fixed, self._schedules, self._cache = fixed, schedules, None
+            self._step = step
+            self._carry_live, self._carry = live, [float(v) for v in values]
+            self._pending = None
+
+        return apply
+
+    def __repr__(self) -> str:
+        parts = ", ".join(
+            f"{n}: {len(s)} rows @ {f:.3f}"
+            for n, s, f in zip(self._names, self._sources, self._evaluate(self._step))
+        )
+        return f"{type(self).__name__}({parts}, batch_size={self._batch_size})"
+
+
+def check_fraction_weight(value: Any, name: str) -> float:
+    """A mixture weight: a finite number >= 0 (weights are normalized over the sources)."""
+    return check_real(
+        value, name, min=0.0, what="a number >= 0 (a weight), a Schedule or a function of the step"
+    )

@@ -1,0 +1,443 @@
+"""The storage contract: what every storage provides to buffers, samplers and checkpoints.
+
+::
+
+    Storage                 the contract (abstract)
+    ├── PackedStorage       rows packed into one int64 tensor [n, W] (RowLayout)
+    │   ├── TensorStorage   a ring, allocated on the first write
+    │   │   ├── LazyTensorStorage   in memory, on any device
+    │   │   └── LazyMemmapStorage   in a memory-mapped file
+    │   └── FrozenStorage   read-only rows (offline data)
+    └── ForeignStorage      a TorchRL Storage driven as a ring
+
+A storage holds rows in slots ``0 .. max_size - 1``. Writes and reads take its
+re-entrant :attr:`~Storage.lock`, so a collector thread may ``extend`` while a
+learner samples: a reader never sees a half-written row. Samplers rely on
+``len``, :attr:`~Storage.max_size`, :attr:`~Storage.cursor`,
+:attr:`~Storage.write_count`, :attr:`~Storage.generation` and
+:attr:`~Storage.device`, nothing else.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import threading
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from mixreplay._validate import check_int, describe
+from mixreplay.errors import EmptyBufferError
+from mixreplay.layout import RowLayout
+from mixreplay.schema import NestedKey, Schema, format_key, normalize_key
+
+__all__ = [
+    "Locked",
+    "PackedStorage",
+    "Storage",
+    "as_device",
+    "as_index",
+    "check_ndim",
+    "check_row",
+    "check_rows",
+    "fingerprint_rows",
+]
+
+
+def as_index(index: Any, length: int, device: torch.device) -> torch.Tensor:
+    """Turn an int, slice, sequence or tensor into a validated int64 index tensor."""
+    if isinstance(index, slice):
+        return torch.arange(*index.indices(length), device=device)
+    if isinstance(index, int):
+        index = torch.tensor([index])
+    elif not isinstance(index, torch.Tensor):
+        index = torch.as_tensor(index)
+    if index.dtype == torch.bool:
+        if index.shape != (length,):
+            raise IndexError(
+                f"a boolean mask must have shape [{length}] (one entry per row), "
+                f"got {list(index.shape)}"
+            )
+        return index.nonzero().squeeze(-1).to(device)
+    if index.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
+        raise IndexError(f"row indices must be integers, got dtype {index.dtype}")
+    index = index.reshape(-1).to(device=device, dtype=torch.int64)
+    if index.numel():
+        index = torch.where(index < 0, index + length, index)
+        lo, hi = int(index.min()), int(index.max())
+        if lo < 0 or hi >= length:
+            bad = lo if lo < 0 else hi
+            raise IndexError(
+                f"row index {bad} is out of range for a storage with {length} rows "
+                f"(valid: {-length}..{length - 1})"
+            )
+    return index
+
+
+def as_device(device: Any) -> torch.device:
+    """``device`` as a :class:`torch.device` (CPU for ``None``)."""
+    if device is None:
+        return torch.device("cpu")
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
+        raise (TypeError if not isinstance(device, (str, int)) else ValueError)(
+            "device must be a torch.device or a device string such as 'cpu' or 'cuda:0', "
+            f"got {describe(device)}"
+        ) from None
+
+
+def check_rows(data: Any) -> int:
+    """The number of rows of ``data``, a TensorDict with one batch dim; a clear error otherwise."""
+    if not isinstance(data, TensorDictBase):
+        hint = (
+            "TensorDict(data, batch_size=[n])"
+            if isinstance(data, dict)
+            else "TensorDict({'observation': x, ...}, batch_size=[n])"
+        )
+        raise TypeError(
+            f"extend expects a TensorDict of rows, got {type(data).__name__}; wrap it: {hint}"
+        )
+    if data.batch_dims != 1:
+        raise ValueError(
+            f"extend expects a TensorDict with one batch dim (one entry per row), got "
+            f"batch_size={list(data.batch_size)}; use add() for a single row or "
+            "data.reshape(-1) to flatten"
+        )
+    n = int(data.batch_size[0])
+    if n == 0:
+        raise ValueError("extend got an empty batch (batch_size=[0]); pass at least one row")
+    return n
+
+
+def check_ndim(ndim: Any) -> None:
+    """Refuse TorchRL's multi-dimensional storages (``ndim=2``), naming the mixreplay way.
+
+    TorchRL's ``LazyTensorStorage(n, ndim=2)`` keeps ``[N, T]`` collector batches as a
+    time-major ``[n // N, N]`` grid whose slices run down one env's column. mixreplay's
+    rings hold rows: flattening the batch env by env keeps each env's steps consecutive,
+    which is what its slice sampler and episode bookkeeping read.
+    """
+    ndim = check_int(ndim, "ndim")
+    if ndim != 1:
+        raise ValueError(
+            f"ndim={ndim} is not supported: mixreplay storages are rings of rows (ndim=1); "
+            "extend a [N, T] collector batch as rows with rb.extend(data.reshape(-1)) "
+            "(env by env, so each env's steps stay consecutive for SliceSampler)"
+        )
+
+
+def check_row(row: Any) -> None:
+    """Raise a clear error unless ``row`` is one row: a TensorDict with batch ``[]``."""
+    if not isinstance(row, TensorDictBase):
+        raise TypeError(f"add expects a TensorDict row, got {type(row).__name__}")
+    if row.batch_dims != 0:
+        raise ValueError(
+            f"add expects one row (batch_size=[]), got batch_size={list(row.batch_size)}; "
+            "use extend() for several rows"
+        )
+
+
+def fingerprint_rows(rows: torch.Tensor, chunk: int = 1 << 16) -> str:
+    """A 128-bit BLAKE2b hash of packed rows (what datasets and checkpoints compare)."""
+    h = hashlib.blake2b(digest_size=16)
+    rows = rows.cpu()
+    for i in range(0, rows.shape[0], chunk):
+        h.update(rows[i : i + chunk].contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+class Locked:
+    """An object with a re-entrant ``lock`` that survives pickling (the copy gets a fresh lock).
+
+    Re-entrant: a buffer holds a storage's lock across ``storage.extend`` and its
+    sampler's ``on_extend``.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.RLock()
+
+
+class Storage(Locked, abc.ABC):
+    """Where the rows of one source live; the contract every storage fulfils.
+
+    Attributes:
+        max_size: capacity in rows (the row count of a read-only storage).
+        device: where the rows live.
+        writable: whether :meth:`extend` may be called (``False`` for offline data).
+        packed: whether rows are packed words (:class:`PackedStorage`): mixing buffers
+            then gather them straight into one output with :meth:`PackedStorage.gather_into`.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from mixreplay import FrozenStorage, LazyTensorStorage, Storage
+        >>> ring = LazyTensorStorage(4)
+        >>> _ = ring.extend(TensorDict({"x": torch.arange(6)}, [6]))
+        >>> isinstance(ring, Storage), len(ring), ring.cursor, ring.write_count, ring.writable
+        (True, 4, 2, 6, True)
+        >>> FrozenStorage.from_tensordict(ring[:]).writable
+        False
+    """
+
+    writable: ClassVar[bool] = True
+    packed: ClassVar[bool] = False
+    max_size: int
+    device: torch.device
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._generation = 0
+
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        """Rows held."""
+
+    @property
+    @abc.abstractmethod
+    def cursor(self) -> int:
+        """The slot the next row will be written to."""
+
+    @property
+    @abc.abstractmethod
+    def write_count(self) -> int:
+        """Rows written since creation (overwritten ones included)."""
+
+    @property
+    @abc.abstractmethod
+    def schema(self) -> Schema | None:
+        """Keys, per-row shapes and dtypes, or ``None`` before the first write."""
+
+    @property
+    def layout(self) -> RowLayout | None:
+        """The packed layout (``None`` for storages that do not pack rows)."""
+        return None
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes per stored row (0 before the first write)."""
+        schema = self.schema
+        return 0 if schema is None else schema.row_nbytes
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever rows change other than by :meth:`extend` (restore, empty).
+
+        A sampler that derives an index from the rows (episode boundaries, valid
+        slice starts) rebuilds it when ``(generation, write_count)`` changes.
+        """
+        return self._generation
+
+    def _bump_generation(self) -> None:
+        self._generation += 1
+
+    @abc.abstractmethod
+    def extend(self, data: TensorDictBase) -> torch.Tensor:
+        """Write the rows of ``data`` (batch ``[n]``); return the slots written."""
+
+    def add(self, row: TensorDictBase) -> int:
+        """Write one row (a TensorDict with batch ``[]``) and return its slot."""
+        check_row(row)
+        return int(self.extend(row.unsqueeze(0))[0])
+
+    @abc.abstractmethod
+    def gather_unlocked(self, index: torch.Tensor) -> TensorDictBase:
+        """Rows ``index`` as a new ``[len(index)]`` TensorDict (caller holds :attr:`lock`)."""
+
+    def gather(self, index: torch.Tensor) -> TensorDictBase:
+        """Rows ``index`` (an int64 tensor of valid slots) as a new ``[len(index)]`` TensorDict."""
+        with self.lock:
+            return self.gather_unlocked(index)
+
+    def __getitem__(self, index: Any) -> TensorDictBase:
+        """Rows by position: an int gives one row (batch ``[]``), anything else ``[k]`` rows."""
+        with self.lock:
+            n = len(self)
+            if self.schema is None or n == 0:
+                raise IndexError("the storage holds no rows yet")
+            idx = as_index(index, n, self.device)
+            td = self.gather_unlocked(idx)
+        return td[0] if isinstance(index, int) else td
+
+    def column(self, key: NestedKey) -> torch.Tensor:
+        """One key over the filled rows, ``[len, *shape]``, in slot order."""
+        k = normalize_key(key)
+        schema = self.schema
+        if schema is None or k not in schema:
+            known = "" if schema is None else ", ".join(format_key(f.key) for f in schema.fields)
+            raise KeyError(f"key {format_key(k)} not found in storage with keys [{known}]")
+        with self.lock:
+            return self.gather_unlocked(torch.arange(len(self), device=self.device)).get(k)
+
+    def empty(self) -> None:
+        """Forget every row (the schema is kept)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be emptied")
+
+    def reset_write_count(self) -> None:
+        """Start :attr:`write_count` again from 0 (TorchRL's ``empty(empty_write_count=True)``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no write count to reset")
+
+    # -- state ----------------------------------------------------------------------------
+
+    @property
+    def fingerprint(self) -> str | None:
+        """A hash of the rows (``None`` where the storage cannot compute one)."""
+        return None
+
+    def reference(self) -> dict[str, Any]:
+        """What identifies the rows without copying them: type, count, schema, fingerprint.
+
+        Checkpoints save read-only data (offline datasets) this way, and
+        :meth:`differences` tells whether the rows a buffer is given are the ones saved.
+        """
+        schema = self.schema
+        return {
+            "reference": True,
+            "type": type(self).__name__,
+            "rows": len(self),
+            "schema": None if schema is None else schema.to_json(),
+            "fingerprint": self.fingerprint,
+        }
+
+    def differences(self, saved: Any) -> list[str]:
+        """How the rows a saved :meth:`reference` describes differ from these (empty: the same)."""
+        if not isinstance(saved, dict):
+            return [f"the saved reference is a {type(saved).__name__}, not a dict"]
+        problems = []
+        mine = self.fingerprint
+        if mine is not None and saved.get("fingerprint") != mine:
+            problems.append(f"fingerprint {saved.get('fingerprint')} saved, {mine} given")
+        if saved.get("rows") != len(self):
+            problems.append(f"{saved.get('rows')} rows saved, {len(self)} given")
+        schema, theirs = self.schema, saved.get("schema")
+        if theirs is not None and schema is not None and theirs != schema.to_json():
+            try:
+                lines = Schema.from_json(theirs).differences(schema, names=("saved", "given"))
+            except (ValueError, KeyError, TypeError):
+                lines = ["unreadable"]
+            problems.append("schema " + "; ".join(lines))
+        return problems
+
+    @abc.abstractmethod
+    def state_dict(self, *, copy: bool = True) -> dict[str, Any]:
+        """The storage's state: tensors and JSON values.
+
+        Keyword Args:
+            copy: copy the rows (a snapshot). ``False`` returns views, for a caller
+                that holds :attr:`lock` until it has written them (checkpoints).
+        """
+
+    @abc.abstractmethod
+    def plan_load_state_dict(self, state: Any) -> Callable[[], None]:
+        """Check ``state`` whole, change nothing; return the function that applies it.
+
+        Raises :class:`~mixreplay.CheckpointError` naming what does not fit.
+        """
+
+    def load_state_dict(self, state: Any) -> None:
+        """Restore :meth:`state_dict`; on :class:`~mixreplay.CheckpointError` nothing changed."""
+        apply = self.plan_load_state_dict(state)
+        with self.lock:
+            apply()
+
+
+class PackedStorage(Storage):
+    """Rows packed into one ``int64`` tensor ``[max_size, W]`` following a :class:`RowLayout`.
+
+    Reading ``k`` rows is one ``index_select`` whatever the number of keys, and the
+    TensorDict handed back is a set of typed views over the gathered words.
+    Pickling copies the rows (a memory-mapped storage arrives as an in-memory copy).
+    """
+
+    packed: ClassVar[bool] = True
+    _rows: torch.Tensor | None
+    _layout: RowLayout | None
+    _fingerprint: tuple[tuple[int, int, int], str] | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """A 128-bit BLAKE2b hash of the filled rows (computed once per content)."""
+        key = (self.generation, self.write_count, len(self))
+        cached = self._fingerprint
+        if cached is None or cached[0] != key:
+            with self.lock:
+                cached = self._fingerprint = (key, fingerprint_rows(self.rows))
+        return cached[1]
+
+    @property
+    def layout(self) -> RowLayout | None:
+        """The packed layout, or ``None`` before the first write."""
+        return self._layout
+
+    @property
+    def schema(self) -> Schema | None:
+        return None if self._layout is None else self._layout.schema
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes per stored row, padding included (0 before the first write)."""
+        return 0 if self._layout is None else self._layout.row_bytes
+
+    @property
+    def rows(self) -> torch.Tensor:
+        """The packed words of the filled rows, ``[len, W]`` int64, in slot order."""
+        if self._rows is None:
+            return torch.empty(0, 0, dtype=torch.int64, device=self.device)
+        return self._rows[: len(self)]
+
+    def take(self, index: torch.Tensor) -> torch.Tensor:
+        """Packed rows ``index`` as a new ``[len(index), W]`` tensor (caller holds :attr:`lock`)."""
+        rows = self._rows
+        if rows is None:
+            raise EmptyBufferError("cannot read rows from a storage that holds none")
+        if index.device != rows.device:
+            index = index.to(rows.device)
+        return torch.index_select(rows, 0, index)
+
+    def gather_into(self, index: torch.Tensor, out: torch.Tensor) -> None:
+        """Copy rows ``index`` into packed ``out`` (``[len(index), W]``; caller holds :attr:`lock`)."""
+        rows = self._rows
+        if rows is None:
+            raise EmptyBufferError("cannot read rows from a storage that holds none")
+        if index.device != rows.device:
+            index = index.to(rows.device)
+        if out.device == rows.device:
+            torch.index_select(rows, 0, index, out=out)
+        else:
+            out.copy_(torch.index_select(rows, 0, index))
+
+    def gather_unlocked(self, index: torch.Tensor) -> TensorDict:
+        if self._layout is None:
+            raise EmptyBufferError("cannot read rows from a storage that holds none")
+        return self._layout.unpack(self.take(index), self.device)
+
+    def column(self, key: NestedKey) -> torch.Tensor:
+        """A typed view ``[len, *shape]`` of one key over the filled rows (slot order).
+
+        The view shares memory with the storage: treat it as read-only.
+        """
+        k = normalize_key(key)
+        layout = self._layout
+        if layout is not None:
+            for i, f in enumerate(layout.fields):
+                if f.key == k:
+                    return layout.split(self.rows)[i]
+        return super().column(key)  # raises the KeyError listing the keys
+
+    def to_tensordict(self) -> TensorDict:
+        """A copy of the filled rows as a plain ``[len]`` TensorDict (slot order)."""
+        if self._layout is None:
+            return TensorDict({}, batch_size=[0])
+        return self._layout.unpack(self.rows.clone(), self.device)

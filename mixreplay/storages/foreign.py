@@ -1,0 +1,166 @@
+"""A TorchRL ``Storage`` used as mixreplay's online ring.
+
+mixreplay keeps the cursor and the write count and writes with
+``storage.set(index, data)``; reads use ``storage.get(index)``. Rows are
+TensorDicts as TorchRL stores them, so a mixed batch with such a source takes
+the generic (aligning) path instead of one packed gather.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from mixreplay._state import state_int
+from mixreplay.errors import CheckpointError, EmptyBufferError
+from mixreplay.schema import Schema
+from mixreplay.storages.base import Storage, check_ndim, check_rows
+
+__all__ = ["ForeignStorage", "adapt_storage", "looks_like_storage"]
+
+
+def looks_like_storage(obj: Any) -> bool:
+    """Whether ``obj`` has what a TorchRL ``Storage`` has (and is not a buffer)."""
+    return all(hasattr(obj, a) for a in ("set", "get", "max_size", "__len__")) and not hasattr(
+        obj, "sample"
+    )
+
+
+class ForeignStorage(Storage):
+    """A TorchRL ``Storage`` driven as a ring by mixreplay (our cursor, sampler and generator)."""
+
+    def __init__(self, storage: Any):
+        super().__init__()
+        self.inner = storage
+        self.max_size = int(storage.max_size)
+        self.device = torch.device(getattr(storage, "device", None) or "cpu")
+        self._cursor = 0
+        self._write_count = 0
+        self._schema: Schema | None = None
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    @property
+    def cursor(self) -> int:
+        return self._cursor
+
+    @property
+    def write_count(self) -> int:
+        return self._write_count
+
+    @property
+    def schema(self) -> Schema | None:
+        return self._schema
+
+    def extend(self, data: TensorDictBase) -> torch.Tensor:
+        n = check_rows(data)
+        schema = Schema.from_tensordict(data)
+        with self.lock:
+            if self._schema is not None:
+                self._schema.check_compatible(
+                    schema,
+                    names=("stored", "written"),
+                    fix="write rows with the same keys, dtypes and shapes as the first write",
+                )
+            index = (torch.arange(n) + self._cursor) % self.max_size
+            with torch.no_grad():
+                self.inner.set(index, data.detach())
+            self._schema = self._schema or schema
+            self._cursor = (self._cursor + n) % self.max_size
+            self._write_count += n
+        return index
+
+    def gather_unlocked(self, index: torch.Tensor) -> TensorDictBase:
+        if len(self) == 0:
+            raise EmptyBufferError("cannot read rows from a storage that holds none")
+        td = self.inner.get(index)
+        if isinstance(td, (list, tuple)):  # TorchRL's ListStorage keeps one TensorDict per row
+            td = torch.stack(list(td))
+        return td if self._schema is None else td.select(*self._schema.keys())
+
+    def _empty_inner(self) -> None:
+        # TorchRL storages spell it _empty(); other storage-like objects empty()
+        empty = getattr(self.inner, "_empty", None) or self.inner.empty
+        empty()
+
+    def empty(self) -> None:
+        with self.lock:
+            self._empty_inner()
+            self._cursor = 0
+            self._bump_generation()
+
+    def reset_write_count(self) -> None:
+        with self.lock:
+            self._write_count = 0
+
+    # -- state: the rows as columns, slot order ----------------------------------------------
+
+    def state_dict(self, *, copy: bool = True) -> dict[str, Any]:
+        with self.lock:
+            n = len(self)
+            columns = []
+            if n and self._schema is not None:
+                td = self.gather_unlocked(torch.arange(n))
+                columns = [{"key": list(k), "value": td.get(k)} for k in self._schema]
+            return {
+                "type": type(self).__name__,
+                "inner": type(self.inner).__name__,
+                "max_size": self.max_size,
+                "schema": None if self._schema is None else self._schema.to_json(),
+                "cursor": self._cursor,
+                "len": n,
+                "write_count": self._write_count,
+                "columns": columns,
+            }
+
+    def plan_load_state_dict(self, state: Any) -> Callable[[], None]:
+        if not isinstance(state, dict) or state.get("type") != type(self).__name__:
+            raise CheckpointError(f"not a saved ForeignStorage state: {str(state)[:80]}")
+        if state.get("max_size") != self.max_size:
+            raise CheckpointError(
+                f"the saved ring has max_size {state.get('max_size')!r}, this storage {self.max_size}; "
+                "build it with the same capacity"
+            )
+        n = state_int(state.get("len"), "storage len")
+        cursor = state_int(state.get("cursor"), "storage cursor")
+        count = state_int(state.get("write_count"), "storage write_count")
+        schema = None if state.get("schema") is None else Schema.from_json(state["schema"])
+        if self._schema is not None and schema is not None and schema != self._schema:
+            raise CheckpointError(
+                "the saved rows do not match this storage's: "
+                + "; ".join(self._schema.differences(schema, names=("storage", "state")))
+            )
+        columns = state.get("columns") or []
+        data = None
+        if n:
+            if schema is None or len(columns) != len(schema):
+                raise CheckpointError("the saved ForeignStorage state lacks its columns")
+            data = TensorDict({tuple(c["key"]): c["value"] for c in columns}, batch_size=[n])
+
+        def restore() -> None:
+            self._empty_inner()
+            if data is not None:
+                self.inner.set(torch.arange(n), data)
+            self._schema = schema if schema is not None else self._schema
+            self._cursor, self._write_count = cursor, count
+            self._bump_generation()
+
+        return restore
+
+    def __repr__(self) -> str:
+        return f"ForeignStorage({type(self.inner).__name__}, max_size={self.max_size}, len={len(self)})"
+
+
+def adapt_storage(storage: Any) -> ForeignStorage:
+    """Wrap a TorchRL ``Storage`` (anything with ``set``, ``get``, ``max_size``, ``len``)."""
+    if looks_like_storage(storage):
+        check_ndim(getattr(storage, "ndim", 1))  # a TorchRL ndim=2 grid is not a ring of rows
+        return ForeignStorage(storage)
+    raise TypeError(
+        f"storage must be a mixreplay storage (LazyTensorStorage, LazyMemmapStorage) or a "
+        f"TorchRL Storage, got {type(storage).__name__}"
+    )

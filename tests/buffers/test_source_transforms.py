@@ -1,0 +1,150 @@
+"""A source's own transforms apply to the rows it contributes to a mixed batch (issue 10.1)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from mixreplay import (
+    LazyTensorStorage,
+    MixtureReplayBuffer,
+    OfflineDataset,
+    OfflineToOnlineReplayBuffer,
+    ReplayBuffer,
+    SchemaMismatchError,
+)
+from mixreplay.transforms import Compose
+from tests.conftest import ted_rows
+
+
+def ones(n: int) -> TensorDict:
+    return TensorDict({"x": torch.ones(n, 1)}, [n])
+
+
+def add(k: float):
+    def f(td):
+        td["x"] = td["x"] + k
+        return td
+
+    f.__name__ = f"add{k:g}"
+    return f
+
+
+def test_the_offline_buffers_transform_applies_in_the_mixed_batch():
+    """The issue's example: +100 on the offline side gave [101, 101] alone but 1s mixed."""
+    offline = ReplayBuffer(storage=LazyTensorStorage(10), transform=add(100), generator=0)
+    offline.extend(ones(10))
+    assert offline.sample(2)["x"].squeeze(-1).tolist() == [101.0, 101.0]
+    rb = OfflineToOnlineReplayBuffer(offline, online_capacity=10, generator=0, source_key="src")
+    rb.extend(ones(4))
+    batch = rb.sample(4)
+    assert batch["x"].squeeze(-1).tolist() == [101.0, 101.0, 1.0, 1.0]
+    assert batch["src"].tolist() == [0, 0, 1, 1]
+
+
+def test_a_datasets_transform_applies_too():
+    ds = OfflineDataset.from_tensordict(ones(10), transform=add(100))
+    rb = OfflineToOnlineReplayBuffer(ds, online_capacity=10, generator=0)
+    rb.extend(ones(4))
+    assert rb.sample(4)["x"].squeeze(-1).tolist() == [101.0, 101.0, 1.0, 1.0]
+    # all offline while the online side is empty: still transformed
+    empty = OfflineToOnlineReplayBuffer(ds, online_capacity=10, generator=0)
+    assert empty.sample(3)["x"].squeeze(-1).tolist() == [101.0] * 3
+
+
+def test_order_is_source_transforms_then_the_mixing_buffers():
+    offline = ReplayBuffer(storage=LazyTensorStorage(10), generator=0)
+    offline.extend(ones(10))
+    offline.append_transform(add(10))
+    offline.insert_transform(0, lambda td: td.set("x", td["x"] * 3))  # runs first
+    rb = OfflineToOnlineReplayBuffer(
+        offline, online_capacity=10, generator=0, transform=lambda td: td.set("x", -td["x"])
+    )
+    rb.online_buffer.append_transform(add(1))
+    rb.extend(ones(4))
+    assert rb.sample(4)["x"].squeeze(-1).tolist() == [-13.0, -13.0, -2.0, -2.0]
+    rb.append_transform(add(0.5))  # the mixing buffer's own, after its first
+    assert rb.sample(2)["x"].squeeze(-1).tolist() == [-12.5, -1.5]
+    assert isinstance(rb.transform, Compose) and len(rb.transform) == 2
+
+
+def test_mixture_sources_keep_their_transforms():
+    a = ReplayBuffer(storage=LazyTensorStorage(10), transform=add(1), generator=0)
+    a.extend(ones(5))
+    mix = MixtureReplayBuffer(
+        {"a": a, "b": LazyTensorStorage(10), "c": OfflineDataset.from_tensordict(ones(5))},
+        {"a": 1, "b": 1, "c": 1},
+        generator=0,
+    )
+    mix.source("b").append_transform(add(2))
+    mix.extend(ones(5), source="b")
+    assert mix.sample(3)["x"].squeeze(-1).tolist() == [2.0, 3.0, 1.0]
+
+
+@pytest.mark.torchrl
+def test_torchrl_double_to_float_makes_float64_data_mix():
+    """TorchRL's sota script: offline.append_transform(DoubleToFloat()) on a float64 dataset."""
+    from torchrl.envs.transforms import DoubleToFloat
+
+    rows64 = ted_rows(50).apply(lambda t: t.double() if t.is_floating_point() else t)
+    # without the transform: the clear error, nothing written
+    plain = OfflineToOnlineReplayBuffer(OfflineDataset.from_tensordict(rows64), online_capacity=20)
+    with pytest.raises(
+        SchemaMismatchError,
+        match=r"'observation': offline float64\[3\], online float32\[3\] \(dtype\)",
+    ):
+        plain.extend(ted_rows(5))
+    assert len(plain.online_buffer) == 0
+    # with it: the offline side produces float32, so the online rows mix
+    offline = OfflineDataset.from_tensordict(rows64)
+    offline.append_transform(DoubleToFloat())
+    rb = OfflineToOnlineReplayBuffer(offline, online_capacity=20, generator=0, batch_size=16)
+    rb.extend(ted_rows(5, tag=1.0))
+    batch = rb.sample()
+    assert batch["observation"].dtype == torch.float32
+    assert batch["next", "reward"].dtype == torch.float32
+    assert torch.equal(
+        batch["observation"][:8],
+        rows64["observation"][batch["next", "reward"][:8].squeeze(-1).long()].float(),
+    )
+
+
+def test_a_transform_that_changes_the_keys_is_checked_at_the_first_write():
+    """The schema check compares what sources produce after their transforms."""
+    offline = ReplayBuffer(storage=LazyTensorStorage(10), generator=0)
+    offline.extend(TensorDict({"x": torch.ones(10, 1), "extra": torch.zeros(10, 1)}, [10]))
+    offline.append_transform(lambda td: td.exclude("extra"))
+    rb = OfflineToOnlineReplayBuffer(offline, online_capacity=10, generator=0)
+    rb.extend(ones(3))  # mixes: the offline side no longer produces "extra"
+    assert set(rb.sample(4).keys()) == {"x"}
+    other = OfflineToOnlineReplayBuffer(offline, online_capacity=10)
+    with pytest.raises(SchemaMismatchError, match=r"'y': in online"):
+        other.extend(TensorDict({"x": torch.ones(2, 1), "y": torch.ones(2, 1)}, [2]))
+
+
+def test_transforms_are_checked_and_must_return_a_tensordict():
+    rb = ReplayBuffer(storage=LazyTensorStorage(4))
+    with pytest.raises(TypeError, match="transform must be callable, got int 3"):
+        rb.append_transform(3)
+    rb.extend(ones(2))
+    rb.append_transform(lambda td: None)
+    with pytest.raises(TypeError, match="returned NoneType, not a TensorDict"):
+        rb.sample(1)
+
+
+def test_the_fused_single_gather_is_kept_without_transforms(monkeypatch):
+    """No source transform: one gather per source straight into the output (no generic path)."""
+    from mixreplay.buffers.engine import MixingBuffer
+
+    offline = OfflineDataset.from_tensordict(ones(10))
+    rb = OfflineToOnlineReplayBuffer(offline, online_capacity=10, generator=0)
+    rb.extend(ones(4))
+    calls = []
+    original = MixingBuffer._sample_generic
+    monkeypatch.setattr(MixingBuffer, "_sample_generic", lambda *a: calls.append(1) or original(*a))
+    rb.sample(4)
+    assert calls == []
+    offline.append_transform(add(1))
+    rb.sample(4)
+    assert calls == [1]

@@ -2,43 +2,55 @@
 
 Every batch mixes an immutable offline dataset with fresh online experience in
 an exact, scheduled proportion. Start with :class:`OfflineToOnlineReplayBuffer`.
+
+The names below are imported on first use (PEP 562): ``import mixreplay`` alone
+costs nothing, so the ``mixreplay`` command can answer ``--help`` without
+loading torch; ``from mixreplay import ReplayBuffer`` imports what it needs.
 """
 
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING
+
 from mixreplay._version import __version__
-from mixreplay.buffers import (
-    MixtureReplayBuffer,
-    OfflineDataset,
-    OfflineToOnlineReplayBuffer,
-    ReplayBuffer,
-)
-from mixreplay.datasets import list_prefixes, load_dataset, register_dataset
-from mixreplay.errors import (
-    BufferActorError,
-    CheckpointError,
-    CheckpointNotFoundError,
-    DatasetError,
-    DatasetNotFoundError,
-    EmptyBufferError,
-    MissingDependencyError,
-    MixreplayError,
-    PriorityError,
-    ReadOnlyError,
-    SchemaMismatchError,
-)
-from mixreplay.prefill import prefill_replay_buffer
-from mixreplay.samplers import RandomSampler, Sampler
-from mixreplay.samplers.prioritized import PrioritizedSampler
-from mixreplay.samplers.slice import SliceSampler
-from mixreplay.samplers.without_replacement import SamplerWithoutReplacement
-from mixreplay.schema import Field, Schema
-from mixreplay.split import split_counts
-from mixreplay.storages import (
-    FrozenStorage,
-    LazyMemmapStorage,
-    LazyTensorStorage,
-    Storage,
-    TensorStorage,
-)
+
+# every public name -> the module that defines it (the one place the mapping lives)
+_EXPORTS = {
+    "BufferActorError": "mixreplay.errors",
+    "CheckpointError": "mixreplay.errors",
+    "CheckpointNotFoundError": "mixreplay.errors",
+    "DatasetError": "mixreplay.errors",
+    "DatasetNotFoundError": "mixreplay.errors",
+    "EmptyBufferError": "mixreplay.errors",
+    "Field": "mixreplay.schema",
+    "FrozenStorage": "mixreplay.storages",
+    "LazyMemmapStorage": "mixreplay.storages",
+    "LazyTensorStorage": "mixreplay.storages",
+    "MissingDependencyError": "mixreplay.errors",
+    "MixreplayError": "mixreplay.errors",
+    "MixtureReplayBuffer": "mixreplay.buffers",
+    "OfflineDataset": "mixreplay.buffers",
+    "OfflineToOnlineReplayBuffer": "mixreplay.buffers",
+    "PrioritizedSampler": "mixreplay.samplers.prioritized",
+    "PriorityError": "mixreplay.errors",
+    "RandomSampler": "mixreplay.samplers",
+    "ReadOnlyError": "mixreplay.errors",
+    "ReplayBuffer": "mixreplay.buffers",
+    "Sampler": "mixreplay.samplers",
+    "SamplerWithoutReplacement": "mixreplay.samplers.without_replacement",
+    "Schema": "mixreplay.schema",
+    "SchemaMismatchError": "mixreplay.errors",
+    "SliceSampler": "mixreplay.samplers.slice",
+    "Storage": "mixreplay.storages",
+    "TensorStorage": "mixreplay.storages",
+    "list_prefixes": "mixreplay.datasets",
+    "load_dataset": "mixreplay.datasets",
+    "prefill_replay_buffer": "mixreplay.prefill",
+    "register_dataset": "mixreplay.datasets",
+    "split_counts": "mixreplay.split",
+}
 
 __all__ = [
     "BufferActorError",
@@ -75,3 +87,56 @@ __all__ = [
     "register_dataset",
     "split_counts",
 ]
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        # a submodule not imported yet (``import mixreplay; mixreplay.errors``)
+        if importlib.util.find_spec(f"{__name__}.{name}") is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return importlib.import_module(f"{__name__}.{name}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
+    from mixreplay.buffers import (
+        MixtureReplayBuffer,
+        OfflineDataset,
+        OfflineToOnlineReplayBuffer,
+        ReplayBuffer,
+    )
+    from mixreplay.datasets import list_prefixes, load_dataset, register_dataset
+    from mixreplay.errors import (
+        BufferActorError,
+        CheckpointError,
+        CheckpointNotFoundError,
+        DatasetError,
+        DatasetNotFoundError,
+        EmptyBufferError,
+        MissingDependencyError,
+        MixreplayError,
+        PriorityError,
+        ReadOnlyError,
+        SchemaMismatchError,
+    )
+    from mixreplay.prefill import prefill_replay_buffer
+    from mixreplay.samplers import RandomSampler, Sampler
+    from mixreplay.samplers.prioritized import PrioritizedSampler
+    from mixreplay.samplers.slice import SliceSampler
+    from mixreplay.samplers.without_replacement import SamplerWithoutReplacement
+    from mixreplay.schema import Field, Schema
+    from mixreplay.split import split_counts
+    from mixreplay.storages import (
+        FrozenStorage,
+        LazyMemmapStorage,
+        LazyTensorStorage,
+        Storage,
+        TensorStorage,
+    )

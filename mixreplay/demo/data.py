@@ -22,20 +22,19 @@ from pathlib import Path
 
 import numpy as np
 
+from mixreplay.demo.config import DEFAULT_DATASET_ID, DEFAULT_ENV_ID
+
 __all__ = [
     "DEFAULT_DATASET_ID",
     "DEFAULT_ENV_ID",
     "ExpertSpec",
+    "dataset_exists",
     "ensure_expert_dataset",
     "expert_action",
     "generate_expert_episodes",
 ]
 
 log = logging.getLogger(__name__)
-
-DEFAULT_ENV_ID = "MountainCarContinuous-v0"
-# Minari rejects "." in dataset names, so the ID says "mountaincar", not the env ID.
-DEFAULT_DATASET_ID = "mixreplay/mountaincar-expert-v0"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -112,6 +111,11 @@ def _dataset_dir(dataset_id: str) -> Path:
     return Path(root) / dataset_id
 
 
+def dataset_exists(dataset_id: str = DEFAULT_DATASET_ID) -> bool:
+    """Whether a complete Minari dataset ``dataset_id`` is in the Minari root."""
+    return (_dataset_dir(dataset_id) / "data" / "metadata.json").exists()
+
+
 def ensure_expert_dataset(
     dataset_id: str = DEFAULT_DATASET_ID, spec: ExpertSpec | None = None
 ) -> Path:
@@ -123,7 +127,7 @@ def ensure_expert_dataset(
 
     spec = spec or ExpertSpec()
     path = _dataset_dir(dataset_id)
-    if (path / "data" / "metadata.json").exists():
+    if dataset_exists(dataset_id):
         log.debug("expert dataset %s already at %s", dataset_id, path)
         return path
     if path.exists() and any(path.iterdir()):

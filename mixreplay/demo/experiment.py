@@ -13,7 +13,6 @@ evaluation and never prints (progress goes to an optional callback).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections import deque
@@ -23,56 +22,16 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from mixreplay.demo.data import DEFAULT_DATASET_ID, DEFAULT_ENV_ID
-from mixreplay.demo.sac import SAC, SACConfig
+from mixreplay.demo.config import ARMS, RunSpec
+from mixreplay.demo.sac import SAC
 
 __all__ = ["ARMS", "RunSpec", "load_offline", "make_buffer", "run_arm", "transition"]
 
 log = logging.getLogger(__name__)
 
-ARMS = ("online", "mixed", "anneal")
 OFFLINE_FRACTION = 0.5
 # success rate of the training episodes is taken over this many most recent episodes
 TRAIN_WINDOW = 10
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class RunSpec:
-    """Everything one run needs; picklable, so it travels to a worker process.
-
-    Attributes:
-        arm: one of :data:`ARMS`.
-        seed: seeds the environment, the learner and the buffer.
-        steps: environment steps.
-        env_id: the Gymnasium environment.
-        dataset_id: the offline dataset, as ``load_dataset`` takes it (``"minari:<id>"``).
-        learning_starts: uniform random actions, and no updates, before this step.
-        eval_every: evaluate every this many steps (and at the last step).
-        eval_episodes: deterministic evaluation episodes per evaluation.
-        online_capacity: rows in the online ring.
-        progress_every: call the progress callback every this many steps.
-        sac: the learner's hyperparameters.
-    """
-
-    arm: str
-    seed: int
-    steps: int
-    env_id: str = DEFAULT_ENV_ID
-    dataset_id: str = f"minari:{DEFAULT_DATASET_ID}"
-    learning_starts: int = 256
-    eval_every: int = 500
-    eval_episodes: int = 5
-    online_capacity: int = 100_000
-    progress_every: int = 50
-    sac: SACConfig = dataclasses.field(default_factory=SACConfig)
-
-    def __post_init__(self):
-        if self.arm not in ARMS:
-            raise ValueError(f"unknown arm {self.arm!r}; choose from {', '.join(ARMS)}")
-        for name in ("steps", "eval_every", "eval_episodes", "online_capacity", "progress_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"RunSpec.{name} must be a positive int, got {value!r}")
 
 
 def load_offline(dataset_id: str, *, batch_size: int, generator: torch.Generator):
@@ -174,20 +133,28 @@ def run_arm(spec: RunSpec, progress: Callable[[int], None] | None = None) -> lis
     start, cpu_start = time.perf_counter(), time.process_time()
     env = gym.make(spec.env_id)
     eval_envs = [gym.make(spec.env_id) for _ in range(spec.eval_episodes)]
+    obs_space, act_space = env.observation_space, env.action_space
+    if not isinstance(obs_space, gym.spaces.Box) or not isinstance(act_space, gym.spaces.Box):
+        raise ValueError(
+            f"the demo's SAC needs Box observation and action spaces; {spec.env_id} has "
+            f"{obs_space} and {act_space}"
+        )
     agent = SAC(
-        env.observation_space.low,
-        env.observation_space.high,
-        env.action_space.low,
-        env.action_space.high,
+        obs_space.low,
+        obs_space.high,
+        act_space.low,
+        act_space.high,
         config=spec.sac,
         seed=spec.seed,
     )
     buffer = make_buffer(spec, torch.Generator().manual_seed(spec.seed))
     rng = np.random.default_rng(spec.seed)
-    low, high = env.action_space.low, env.action_space.high
+    low, high = act_space.low, act_space.high
 
     records: list[dict] = []
-    recent = deque(maxlen=TRAIN_WINDOW)  # (return, terminated) of finished training episodes
+    recent: deque[tuple[float, bool]] = deque(
+        maxlen=TRAIN_WINDOW
+    )  # (return, terminated) of finished training episodes
     episodes, episode_return, last_progress = 0, 0.0, 0
     alpha = agent.alpha
     obs, _ = env.reset(seed=spec.seed)

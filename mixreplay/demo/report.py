@@ -147,7 +147,7 @@ def format_summary(summary: Sequence[dict], threshold: float) -> str:
 def _band(seeds: dict[int, list[dict]], key: str):
     """Steps, and mean/min/max of ``key`` over seeds at each step all seeds share."""
     steps = sorted(set.intersection(*({r["step"] for r in rows} for rows in seeds.values())))
-    values = {step: [] for step in steps}
+    values: dict[int, list[float]] = {step: [] for step in steps}
     for rows in seeds.values():
         for r in rows:
             if r["step"] in values and not math.isnan(r[key]):

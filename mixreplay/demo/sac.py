@@ -18,7 +18,6 @@ therefore masks the bootstrap with ``terminated`` only, never with ``done``.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -26,61 +25,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mixreplay.demo.config import SACConfig
+
 __all__ = ["SAC", "SACConfig", "alpha_loss", "td_target"]
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class SACConfig:
-    """Hyperparameters of :class:`SAC`; the defaults are the demo's tuned values.
-
-    Attributes:
-        hidden: width of every hidden layer (actor and critics).
-        depth: number of hidden layers.
-        num_critics: size of the critic ensemble (2 = twin critics; RLPD uses 10).
-        critic_subset: the target takes the minimum over this many randomly chosen critics.
-        layer_norm: LayerNorm after every hidden layer of the critics (RLPD).
-        gamma: discount.
-        tau: Polyak rate of the target critics.
-        lr: Adam learning rate of actor, critics and temperature.
-        init_alpha: initial entropy temperature.
-        target_entropy: entropy the temperature steers towards; ``None`` means ``-act_dim``.
-        batch_size: rows per sampled batch (128: the same demo outcome as 256, measured, for
-            ~30 % less compute per update).
-        utd: critic updates per environment step (update-to-data ratio); the actor and
-            the temperature update once per step, on the last batch (as in RLPD).
-    """
-
-    hidden: int = 128
-    depth: int = 2
-    num_critics: int = 2
-    critic_subset: int = 2
-    layer_norm: bool = True
-    gamma: float = 0.99
-    tau: float = 0.02
-    lr: float = 3e-4
-    init_alpha: float = 0.1
-    target_entropy: float | None = None
-    batch_size: int = 128
-    utd: int = 1
-
-    def __post_init__(self):
-        for name in ("hidden", "depth", "num_critics", "critic_subset", "batch_size", "utd"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"SACConfig.{name} must be a positive int, got {value!r}")
-        if self.critic_subset > self.num_critics:
-            raise ValueError(
-                f"SACConfig.critic_subset ({self.critic_subset}) must not exceed "
-                f"num_critics ({self.num_critics})"
-            )
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"SACConfig.gamma must be in [0, 1], got {self.gamma!r}")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"SACConfig.tau must be in (0, 1], got {self.tau!r}")
-        if not self.init_alpha > 0.0:
-            raise ValueError(f"SACConfig.init_alpha must be > 0, got {self.init_alpha!r}")
 
 
 # -- the math, as pure functions -------------------------------------------------------------
@@ -134,13 +83,16 @@ def _uniform_(tensor: torch.Tensor, fan_in: int, generator: torch.Generator) -> 
 class _Scaler(nn.Module):
     """Maps a box ``[low, high]`` to ``[-1, 1]``; unbounded dimensions pass through."""
 
+    scale: torch.Tensor
+    shift: torch.Tensor
+
     def __init__(self, low: np.ndarray, high: np.ndarray):
         super().__init__()
-        low = torch.as_tensor(np.asarray(low, dtype=np.float64))
-        high = torch.as_tensor(np.asarray(high, dtype=np.float64))
-        finite = torch.isfinite(low) & torch.isfinite(high) & (high > low)
-        scale = torch.where(finite, 2.0 / (high - low).where(finite, torch.ones_like(low)), 1.0)
-        shift = torch.where(finite, -1.0 - low.where(finite, torch.zeros_like(low)) * scale, 0.0)
+        lo = torch.as_tensor(np.asarray(low, dtype=np.float64))
+        hi = torch.as_tensor(np.asarray(high, dtype=np.float64))
+        finite = torch.isfinite(lo) & torch.isfinite(hi) & (hi > lo)
+        scale = torch.where(finite, 2.0 / (hi - lo).where(finite, torch.ones_like(lo)), 1.0)
+        shift = torch.where(finite, -1.0 - lo.where(finite, torch.zeros_like(lo)) * scale, 0.0)
         self.register_buffer("scale", scale.float())
         self.register_buffer("shift", shift.float())
 

@@ -1,11 +1,8 @@
-"""Demo tests: data roots in temp dirs, and the optional dependencies the demo needs."""
+"""Demo tests: data roots in temp dirs (the test extra installs every dependency of the demo)."""
 
 from __future__ import annotations
 
 import pytest
-
-for _module in ("gymnasium", "minari", "matplotlib", "tqdm"):
-    pytest.importorskip(_module, reason=f'the demo needs {_module}: pip install "mixreplay[demo]"')
 
 
 @pytest.fixture(autouse=True)

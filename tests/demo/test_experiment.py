@@ -109,3 +109,26 @@ def test_a_failing_run_raises_in_the_parent():
         run_specs([endless, bad], workers=2)
     # the endless sibling run was stopped, not waited for: no worker process is left
     assert multiprocessing.active_children() == []
+
+
+def test_runs_report_their_start_steps_and_end_by_index():
+    from mixreplay.demo.runner import run_specs
+
+    specs = [
+        RunSpec(arm="online", seed=s, steps=n, eval_every=n, eval_episodes=1, progress_every=10)
+        for s, n in ((0, 30), (1, 50), (2, 20))
+    ]
+    events = []
+    records = run_specs(
+        specs,
+        workers=2,
+        on_start=lambda i: events.append(("start", i)),
+        on_progress=lambda i, n: events.append(("steps", i, n)),
+        on_result=lambda i, rows: events.append(("end", i, len(rows))),
+    )
+    assert [r["seed"] for r in records] == [0, 1, 2]
+    for i, spec in enumerate(specs):
+        mine = [e for e in events if e[1] == i]
+        assert mine[0] == ("start", i)  # before any of its steps
+        assert sum(e[2] for e in mine if e[0] == "steps") == spec.steps
+        assert [e for e in mine if e[0] == "end"] == [("end", i, 1)]

@@ -1,0 +1,209 @@
+"""``mixreplay demo``: options, user errors, the --quick run (CI) and the full default run (slow)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import re
+import sys
+
+import pytest
+
+from mixreplay.cli import UsageError, main
+from mixreplay.demo.cli import DEPENDENCIES, QUICK, add_demo_parser, check_dependencies, run_demo
+from mixreplay.demo.config import ARMS, DEFAULTS
+from mixreplay.demo.progress import RunBars, RunLines
+from mixreplay.demo.report import COLUMNS, read_csv, summarize
+from mixreplay.errors import MissingDependencyError
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="mixreplay")
+    add_demo_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["demo", *argv])
+
+
+def test_parser_defaults():
+    args = parse()
+    assert args.func is run_demo
+    assert (args.utd, args.batch_size, args.hidden, args.threshold) == (1, 128, 128, 80.0)
+    assert args.env == "MountainCarContinuous-v0"
+
+
+def test_quick_is_shorter_than_the_default_run():
+    assert QUICK["seeds"] * QUICK["steps"] < DEFAULTS["seeds"] * DEFAULTS["steps"]
+    assert QUICK["eval_every"] == DEFAULTS["eval_every"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["--arms", "online,both"], "--arms takes a comma-separated subset of online,mixed,anneal"),
+        (["--arms", ","], "--arms takes"),
+        (
+            ["--env", "Pendulum-v1", "--quick"],
+            r"for --env Pendulum-v1 pass --dataset <prefix>:<id>",
+        ),
+    ],
+)
+def test_bad_options(argv, match, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(UsageError, match=match):
+        run_demo(parse(*argv, "--out", str(out)))
+    assert not out.exists()  # refused before anything was written
+
+
+def test_bad_options_print_one_line_and_exit_2(tmp_path, capsys):
+    assert main(["demo", "--arms", "both", "--out", str(tmp_path / "out")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "mixreplay: error: --arms takes a comma-separated subset of online,mixed,anneal, "
+        "got 'both'\n"
+    )
+
+
+def test_nonpositive_steps_rejected(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", "--steps", "0"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "mixreplay demo: error: argument --steps: expected a positive integer, got 0; "
+        "see mixreplay demo --help\n"
+    )
+
+
+@pytest.mark.parametrize("module", DEPENDENCIES)
+def test_a_missing_dependency_names_the_extra(module, monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, module, None)  # what Python does for a blocked import
+    with pytest.raises(
+        MissingDependencyError,
+        match=rf"mixreplay demo needs {module}, which is not installed; install the demo extra: "
+        r'pip install "mixreplay\[demo\]"',
+    ):
+        check_dependencies()
+    out = tmp_path / "out"
+    assert main(["demo", "--quick", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and 'pip install "mixreplay[demo]"' in err
+    assert "Traceback" not in err and not out.exists()
+
+
+def test_a_missing_dataset_is_one_line(tmp_path, capsys):
+    argv = ["demo", "--arms", "mixed", "--dataset", "minari:mixreplay/absent-v0"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"mixreplay: error: [^\n]*absent-v0[^\n]*\n", err)
+
+
+def test_bars_show_each_run_its_own_time():
+    """Two runs side by side and one that never starts: each bar's clock is its own run's."""
+    now = [100.0]
+    out = io.StringIO()
+    bars = RunBars(["a", "b", "c"], [10, 10, 10], file=out, clock=lambda: now[0])
+    assert [bar.elapsed_s for bar in bars.bars] == [0.0, 0.0, 0.0]
+    assert "queued" in str(bars.bars[0])
+    bars.start(0)
+    now[0] = 102.0
+    bars.start(1)
+    bars.advance(0, 10)
+    now[0] = 105.0
+    bars.finish(0)
+    bars.advance(1, 4)
+    now[0] = 109.0
+    bars.tick()
+    assert bars.bars[1].elapsed_s == 7.0  # running: its clock moves
+    bars.advance(1, 6)
+    bars.finish(1)
+    now[0] = 200.0  # the demo ends much later
+    assert [bar.elapsed_s for bar in bars.bars] == [5.0, 7.0, 0.0]
+    assert "queued" not in str(bars.bars[0]) and "queued" in str(bars.bars[2])
+    lines = [str(bar) for bar in bars.bars]
+    assert "10/10 [00:05<00:00" in lines[0] and "2.00 steps/s" in lines[0]
+    assert "10/10 [00:07<00:00" in lines[1]
+    assert "0/10 [00:00<?" in lines[2]
+    bars.close()
+
+
+def test_lines_in_a_log_show_each_run_its_own_time():
+    now = [0.0]
+    out = io.StringIO()
+    lines = RunLines(["a, seed 0", "b, seed 0"], [10, 10], file=out, clock=lambda: now[0])
+    lines.start(0)
+    now[0] = 3.0
+    lines.start(1)
+    lines.advance(0, 10)
+    now[0] = 8.0
+    lines.finish(0)
+    lines.advance(1, 10)
+    now[0] = 20.0
+    lines.finish(1)
+    lines.close()
+    assert out.getvalue().splitlines() == [
+        "[   0 s] a, seed 0: started",
+        "[   3 s] b, seed 0: started",
+        "[   8 s] a, seed 0: 10 steps in 8 s",
+        "[  20 s] b, seed 0: 10 steps in 17 s",
+    ]
+
+
+def check_outputs(out, *, seeds: int, steps: int, eval_every: int):
+    records = read_csv(out / "results.csv")
+    header = (out / "results.csv").read_text().splitlines()[0].split(",")
+    assert header == list(COLUMNS)
+    evals = list(range(eval_every, steps + 1, eval_every))
+    if evals[-1] != steps:
+        evals.append(steps)
+    expected = {(arm, seed, step) for arm in ARMS for seed in range(seeds) for step in evals}
+    assert {(r["arm"], r["seed"], r["step"]) for r in records} == expected
+    assert len(records) == len(expected)
+    for r in records:
+        assert 0.0 <= r["train_success"] <= 1.0 and 0.0 <= r["eval_success"] <= 1.0
+        assert -1000 < r["return"] <= 100
+    png = (out / "curves.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert "steps to 80" in (out / "summary.txt").read_text()
+    return records
+
+
+def test_quick_run_shows_the_offline_data_deciding_success(tmp_path, capsys, demo_roots):
+    """--quick is short, and already shows the effect: mixed arms reach the goal, online-only not."""
+    out = tmp_path / "quick"
+    assert main(["demo", "--quick", "--out", str(out)]) == 0
+    records = check_outputs(
+        out, seeds=QUICK["seeds"], steps=QUICK["steps"], eval_every=QUICK["eval_every"]
+    )
+    by_arm = {s["arm"]: s for s in summarize(records, threshold=80)}
+    assert by_arm["online"]["seeds_reaching"] == 0
+    for arm in ("mixed", "anneal"):
+        assert by_arm[arm]["seeds_reaching"] >= 1, by_arm[arm]
+        assert by_arm[arm]["final_return"] > by_arm["online"]["final_return"] + 50, by_arm
+        assert by_arm[arm]["final_train_success"] > by_arm["online"]["final_train_success"]
+    captured = capsys.readouterr()
+    for label in ("online only", "50/50 mixed", "anneal 0.5 -> 0", "wall time", "--quick: "):
+        assert label in captured.out
+    # stderr is not a terminal here: one line per run start and end, no bars
+    for label in ("online only", "50/50 mixed", "anneal 0.5 -> 0"):
+        for seed in range(QUICK["seeds"]):
+            assert f"{label}, seed {seed}: started" in captured.err
+            assert f"{label}, seed {seed}: 2,000 steps in " in captured.err
+    assert "%|" not in captured.err
+    assert "--quick: 2 seeds x 2,000 steps" in (out / "summary.txt").read_text()
+    # the dataset went to the test's Minari root, the conversion cache to its mixreplay root
+    assert (
+        demo_roots["minari"] / "mixreplay" / "mountaincar-expert-v0" / "data" / "metadata.json"
+    ).exists()
+    assert any(demo_roots["mixreplay"].rglob("metadata.json"))
+    assert {r["offline_fraction"] for r in records if r["arm"] == "mixed"} == {0.5}
+
+
+@pytest.mark.slow
+def test_default_run_shows_the_gap(tmp_path, capsys):
+    """The issue's target: mixed reaches 80 on a majority of seeds, online-only on none."""
+    out = tmp_path / "default"
+    assert run_demo(parse("--out", str(out))) == 0
+    records = check_outputs(out, seeds=3, steps=3000, eval_every=250)
+    by_arm = {s["arm"]: s for s in summarize(records, threshold=80)}
+    assert by_arm["mixed"]["seeds_reaching"] >= 2
+    assert by_arm["online"]["seeds_reaching"] == 0

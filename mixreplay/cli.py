@@ -98,6 +98,11 @@ COMMANDS: tuple[Command, ...] = (
         "mixreplay.cli_datasets:add_dataset_parsers",
     ),
     Command(
+        "cache",
+        "list or clean the dataset cache ($MIXREPLAY_DATA_DIR)",
+        "mixreplay.cli_datasets:add_cache_parser",
+    ),
+    Command(
         "example",
         "print how a small mixed buffer splits three batches (checks an install; no extras)",
         "mixreplay.cli:add_example_parser",

@@ -10,7 +10,8 @@ the cache root; later loads only ``stat`` the source files and map the cache.
   ``cache_dir=`` (TorchRL's ``root=``) overrides it.
 - Cache entry: ``<root>/datasets/<prefix>/<slug>-<key>``, where ``<key>``
   hashes the source's identity and every option that changes the rows
-  (``keys``, ``rename``, ``dtype``, ``keep_infos``): each variant has its own copy.
+  (``keys``, ``rename``, ``dtype``, ``keep_infos``) or their layout on disk
+  (``dedup_next``: each next value stored once): each variant has its own copy.
 - Fingerprint: the sizes and modification times of the source files, the same
   options and the converter version. It is stored in the entry's metadata; a
   mismatch (the source changed) converts again. A damaged entry (unreadable
@@ -148,7 +149,10 @@ def convert(
     path = write_memmap_dataset(
         dest,
         chunks,
+        # the episode starts let every row but each episode's last step read its next
+        # values from the following row (Minari's T + 1 observations per episode)
         episode_starts=starts,
+        dedup_next=source.dedup_next,
         source_id=source.source_id,
         source_fingerprint=fingerprint,
         info={
@@ -291,8 +295,8 @@ class CacheEntry:
         path: the entry's directory.
         source_id: what was converted (``"minari:..."``; None if damaged).
         requested: the ID as the user wrote it, when it differs (a D4RL name).
-        variant: the row options it was converted under (``"float32"``, ``"float64,
-            keep_infos"``, ...).
+        variant: the row and layout options it was converted under (``"float32"``,
+            ``"float64, keep_infos"``, ``"float32, dedup_next"``, ...).
         rows: rows stored (None if damaged).
         size: bytes on disk.
         last_used: when it was last opened (seconds since the epoch).
@@ -329,6 +333,8 @@ def _variant(options: Any) -> str:
         parts.append("stored dtypes" if dtype is None else str(dtype))
     if options.get("keep_infos"):
         parts.append("keep_infos")
+    if options.get("dedup_next"):
+        parts.append("dedup_next")
     if options.get("keys"):
         parts.append("keys=" + ",".join(".".join(k) for k in options["keys"]))
     if options.get("rename"):

@@ -229,7 +229,7 @@ class D4RLSource(Source):
         terminate_on_end: TorchRL's keyword; ``None`` or ``True``: every row whose next
             observation is known is kept (all rows when the file stores
             ``next_observations``).
-        **base: ``prefix``, ``policy``, ``keep_infos`` (filled by the loader).
+        **base: ``prefix``, ``policy``, ``keep_infos``, ``dedup_next`` (filled by the loader).
 
     Raises:
         DatasetNotFoundError: no file by that name or path (and no download).

@@ -11,6 +11,10 @@ Rows (applied while converting; part of the cache key, each variant has its own 
     :class:`~mixreplay.datasets.transforms.RowPolicy`. ``keep_infos``: keep the
     source's per-step infos.
 
+The layout on disk (part of the cache key too; the rows read back are the same):
+    ``dedup_next`` (``False`` by default): store each next value once, read from the
+    following row of the same episode (pixel datasets take about half the disk).
+
 The cache:
     ``cache_dir`` (default ``$MIXREPLAY_DATA_DIR``, else ``~/.cache/mixreplay``);
     ``refresh`` (convert again even if the cache is current); ``progress``
@@ -41,14 +45,25 @@ from mixreplay.datasets.options import DATASET_OPTIONS, TORCHRL_DATASET_OPTIONS,
 from mixreplay.datasets.source import Source
 from mixreplay.datasets.transforms import RowPolicy
 
-__all__ = ["CACHE_OPTIONS", "ROW_OPTIONS", "SOURCE_OPTIONS", "make_source", "open_source"]
+__all__ = [
+    "CACHE_OPTIONS",
+    "LAYOUT_OPTIONS",
+    "ROW_OPTIONS",
+    "SOURCE_OPTIONS",
+    "make_source",
+    "open_source",
+]
 
 #: what the rows are: part of the cache key
 ROW_OPTIONS = ("keys", "rename", "dtype", "keep_infos")
+#: how the rows are stored: part of the cache key
+LAYOUT_OPTIONS = ("dedup_next",)
 #: how the cache is used
 CACHE_OPTIONS = ("cache_dir", "root", "refresh", "progress")
 #: every option the loader itself takes from a convertible source's keywords
-SOURCE_OPTIONS = ROW_OPTIONS + CACHE_OPTIONS + DATASET_OPTIONS + TORCHRL_DATASET_OPTIONS
+SOURCE_OPTIONS = (
+    ROW_OPTIONS + LAYOUT_OPTIONS + CACHE_OPTIONS + DATASET_OPTIONS + TORCHRL_DATASET_OPTIONS
+)
 
 
 def make_source(
@@ -60,6 +75,7 @@ def make_source(
     rename: Any = None,
     dtype: Any = "float32",
     keep_infos: bool = False,
+    dedup_next: bool = False,
     **options: Any,
 ) -> Source:
     """Build the source ``cls`` for ``<prefix>:<name>`` with the row options and its own.
@@ -70,6 +86,7 @@ def make_source(
         DatasetError: the row options do not form a valid policy.
     """
     check_bool(keep_infos, "keep_infos")
+    check_bool(dedup_next, "dedup_next")
     accepted = cls.option_names()
     unknown = sorted(set(options) - accepted)
     if unknown:
@@ -79,7 +96,9 @@ def make_source(
             f"the {prefix}: loader takes {', '.join(every)}"
         )
     policy = RowPolicy(keys=keys, rename=rename, dtype=dtype)
-    return cls(name, prefix=prefix, policy=policy, keep_infos=keep_infos, **options)
+    return cls(
+        name, prefix=prefix, policy=policy, keep_infos=keep_infos, dedup_next=dedup_next, **options
+    )
 
 
 def open_source(cls: type[Source], name: str, *, prefix: str, **kwargs: Any) -> Any:

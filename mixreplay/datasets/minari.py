@@ -83,7 +83,7 @@ class MinariSource(Source):
         load_from_local_minari: TorchRL's keyword: ``True`` reads the local Minari
             root and never downloads (it wins over ``download``, as in TorchRL);
             ``False`` leaves ``download`` in charge.
-        **base: ``prefix``, ``policy``, ``keep_infos`` (filled by the loader).
+        **base: ``prefix``, ``policy``, ``keep_infos``, ``dedup_next`` (filled by the loader).
 
     Raises:
         DatasetNotFoundError: the dataset is not in the Minari root and downloading is off.

@@ -27,6 +27,7 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
+from mixreplay._validate import check_bool
 from mixreplay.datasets.transforms import RowPolicy
 
 __all__ = ["CONVERTER_VERSION", "Source", "digest", "files_fingerprint"]
@@ -36,7 +37,7 @@ __all__ = ["CONVERTER_VERSION", "Source", "digest", "files_fingerprint"]
 CONVERTER_VERSION = 1
 
 #: the keyword arguments of ``Source.__init__`` that the loader fills itself
-_BASE_PARAMETERS = frozenset({"self", "name", "prefix", "policy", "keep_infos"})
+_BASE_PARAMETERS = frozenset({"self", "name", "prefix", "policy", "keep_infos", "dedup_next"})
 
 
 def digest(obj: Any) -> str:
@@ -74,6 +75,11 @@ class Source(ABC):
             and of its cache directory).
         policy: key selection, renaming and dtypes applied to every chunk.
         keep_infos: keep the source's per-step infos.
+        dedup_next: convert into the memmap format that stores each next value once
+            (read from the following row of the same episode; see
+            :func:`~mixreplay.datasets.memmap.write_memmap_dataset`). The rows read
+            back are the same; a pixel dataset takes about half the disk. It keys the
+            cache: a plain and a dedup conversion are two entries.
 
     Examples:
         >>> import torch
@@ -106,13 +112,19 @@ class Source(ABC):
         prefix: str,
         policy: RowPolicy | None = None,
         keep_infos: bool = False,
+        dedup_next: bool = False,
     ):
         self.prefix = prefix
         self.name = name
         self.policy = policy if policy is not None else RowPolicy()
         self.keep_infos = bool(keep_infos)
-        #: every option that changes the rows, JSON-able: part of the cache key
+        #: write the converted copy with each next value stored once
+        self.dedup_next = check_bool(dedup_next, "dedup_next")
+        #: every option that changes the rows or their layout on disk, JSON-able: part of
+        #: the cache key (``dedup_next`` only when set, so plain entries keep their keys)
         self.options: dict[str, Any] = {"keep_infos": self.keep_infos, **self.policy.to_json()}
+        if self.dedup_next:
+            self.options["dedup_next"] = True
 
     @classmethod
     def option_names(cls) -> frozenset[str]:

@@ -40,12 +40,14 @@ Examples:
     ...     return ReplayBuffer(storage=LazyTensorStorage(1000), batch_size=4, generator=0)
     >>> rb = make()
     >>> _ = rb.extend(TensorDict({"obs": torch.arange(10.0)}, [10]))
-    >>> path = tempfile.mkdtemp() + "/ckpt"
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> path = tmp.name + "/ckpt"
     >>> rb.dumps(path)
     >>> twin = make()
     >>> twin.loads(path)
     >>> torch.equal(rb.sample()["obs"], twin.sample()["obs"])
     True
+    >>> tmp.cleanup()
 """
 
 from __future__ import annotations

@@ -113,7 +113,8 @@ class RayReplayBuffer:
         >>> from mixreplay import OfflineToOnlineReplayBuffer
         >>> from mixreplay.datasets.memmap import write_memmap_dataset
         >>> from mixreplay.distributed import RayReplayBuffer
-        >>> path = write_memmap_dataset(tempfile.mkdtemp() + "/offline",
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> path = write_memmap_dataset(tmp.name + "/offline",
         ...                             TensorDict({"obs": torch.zeros(100, 3)}, [100]))
         >>> _ = ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR")
         >>> rb = RayReplayBuffer(OfflineToOnlineReplayBuffer, f"memmap:{path}",  # opened by the actor
@@ -127,7 +128,7 @@ class RayReplayBuffer:
         ...         w.add(TensorDict({"obs": torch.full((3,), 2.0)}, []))
         >>> len(rb), rb.offline_fraction
         (115, 0.5)
-        >>> rb.kill(); ray.shutdown()
+        >>> rb.kill(); ray.shutdown(); tmp.cleanup()
     """
 
     def __init__(

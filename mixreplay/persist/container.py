@@ -142,12 +142,14 @@ class TensorStream:
         >>> import tempfile, torch
         >>> from pathlib import Path
         >>> from mixreplay.persist import TensorStream, read_tensor
-        >>> d = Path(tempfile.mkdtemp())
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> d = Path(tmp.name)
         >>> with TensorStream(d, "rows.bin", torch.int64, (2,)) as s:
         ...     s.write(torch.zeros(3, 2, dtype=torch.int64))
         ...     s.write(torch.ones(1, 2, dtype=torch.int64))
         >>> read_tensor(d, s.entry, where="rows", error=ValueError).tolist()
         [[0, 0], [0, 0], [0, 0], [1, 1]]
+        >>> tmp.cleanup()
     """
 
     def __init__(self, directory: Path, name: str, dtype: torch.dtype, row_shape: tuple[int, ...]):

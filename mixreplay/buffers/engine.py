@@ -19,16 +19,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from mixreplay import checkpoint
 from mixreplay._state import Plan, generator_state, plan_generator
 from mixreplay._validate import check_real
+from mixreplay.buffers.base import BufferBase
 from mixreplay.buffers.foreign import ForeignSource, strip_bookkeeping
 from mixreplay.buffers.replay import ReplayBuffer, check_batch_size, make_generator
 from mixreplay.errors import CheckpointError, EmptyBufferError, PriorityError, SchemaMismatchError
@@ -92,7 +91,7 @@ def _produced_schema(src: Source) -> Schema | None:
     return Schema.from_tensordict(strip_bookkeeping(out), batch_dims=out.batch_dims)
 
 
-class MixingBuffer:
+class MixingBuffer(BufferBase):
     """Sources mixed per batch; subclasses decide the split (:meth:`_split`)."""
 
     _names: tuple[str, ...]
@@ -298,19 +297,6 @@ class MixingBuffer:
     def _ran_out(self) -> bool:
         return False
 
-    def _before_write(self) -> None:
-        # Draws already asked for see the buffer as it was when they were asked for.
-        if self._prefetcher is not None:
-            self._prefetcher.wait()
-
-    def _after_write(self) -> None:
-        if self._prefetcher is not None:
-            self._prefetcher.refill()
-
-    def _discard_prefetched(self) -> None:
-        if self._prefetcher is not None:
-            self._prefetcher.discard()
-
     def _fractions_changed(self) -> None:
         # Batches drawn ahead keep their split only while it is still the current one.
         p = self._prefetcher
@@ -326,35 +312,6 @@ class MixingBuffer:
             # each queued result is (batch, (B, counts, ...)); a failed draw holds None
             if any(r is None or r[1][1] != counts for r in p.queued()):
                 p.discard()
-
-    def close(self) -> None:
-        """Stop the prefetch thread (a no-op without ``prefetch``); later samples are drawn in the caller's thread."""
-        if self._prefetcher is not None:
-            self._prefetcher.discard()
-            self._prefetcher.close()
-            self._prefetcher = None
-            self._prefetch = 0
-
-    def __enter__(self) -> MixingBuffer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __getstate__(self) -> dict[str, Any]:
-        self._discard_prefetched()
-        state = self.__dict__.copy()
-        state["_prefetcher"] = None
-        return state
-
-    @property
-    def prefetch(self) -> int:
-        """Batches the prefetch thread keeps ready (0: none)."""
-        return self._prefetch
-
-    @property
-    def pin_memory(self) -> bool:
-        return self._pin_memory
 
     def sample(self, batch_size: int | None = None, *, return_info: bool = False) -> Any:
         """Draw one flat ``[batch_size]`` batch: each source's rows in source order.
@@ -375,15 +332,9 @@ class MixingBuffer:
         """
         B = self._resolve_batch_size(batch_size)
         if self._prefetch and B == self._batch_size:
-            if self._prefetcher is None:
-                self._prefetcher = Prefetcher(
-                    self._prefetch_draw,
-                    self._prefetch,
-                    snapshot=self._draw_snapshot,
-                    restore=self._restore_draws,
-                    ran_out=self._ran_out,
-                )
-            result, _ = self._prefetcher.next()
+            prefetcher = self._prefetching()
+            assert prefetcher is not None
+            result, _ = prefetcher.next()
             batch, extra = result  # type: ignore[misc]
         else:
             self._discard_prefetched()  # another size: undo the queue, keep the sequence
@@ -580,35 +531,8 @@ class MixingBuffer:
     # -- misc ------------------------------------------------------------------------------
 
     @property
-    def generator(self) -> torch.Generator:
-        return self._generator
-
-    @property
-    def batch_size(self) -> int | None:
-        return self._batch_size
-
-    @property
     def source_names(self) -> tuple[str, ...]:
         return self._names
-
-    @property
-    def transform(self) -> Compose:
-        """The mixing buffer's own transforms, run on each whole batch after the sources'."""
-        return self._transform
-
-    def append_transform(self, transform: Transform) -> None:
-        """Apply ``transform`` to each whole batch, after the transforms already attached.
-
-        A callable ``td -> td`` or a TorchRL ``Transform``. To transform one source's rows
-        only (e.g. cast the offline dataset), attach it to that source instead.
-        """
-        self._discard_prefetched()
-        self._transform.append(transform)
-
-    def insert_transform(self, index: int, transform: Transform) -> None:
-        """Apply ``transform`` at position ``index`` of the mixing buffer's own transforms."""
-        self._discard_prefetched()
-        self._transform.insert(index, transform)
 
     def __len__(self) -> int:
         return sum(len(s) for s in self._sources)
@@ -729,38 +653,3 @@ class MixingBuffer:
             self._refresh_layout()
 
         return apply
-
-    def load_state_dict(self, state: Any, *, allow_offline_mismatch: bool = False) -> None:
-        """Restore :meth:`state_dict`; raises :class:`~mixreplay.CheckpointError`, changing nothing, if it does not fit.
-
-        Keyword Args:
-            allow_offline_mismatch: resume even though an offline source differs
-                from the one saved (its fingerprint, row count or schema).
-        """
-        self._before_write()
-        apply = self.plan_load_state_dict(state, allow_offline_mismatch=allow_offline_mismatch)
-        apply()
-        if self._prefetcher is not None:
-            self._prefetcher.drop()  # queued batches belong to the replaced state
-
-    def dumps(self, path: str | os.PathLike[str]) -> None:
-        """Save a checkpoint directory at ``path``, atomically (see :mod:`mixreplay.checkpoint`).
-
-        Only the filled online rows are written; offline data is referenced, not copied.
-        While prefetching, the batches not yet returned are discarded and the generator
-        rewound first, as :meth:`ReplayBuffer.dumps <mixreplay.ReplayBuffer.dumps>` does.
-        """
-        self._discard_prefetched()  # before the locks: the prefetch thread draws under them
-        with self.state_lock():
-            checkpoint.save_state(path, self.state_dict(copy=False))
-
-    def loads(self, path: str | os.PathLike[str], *, allow_offline_mismatch: bool = False) -> None:
-        """Restore the checkpoint at ``path`` into this buffer, built with the same arguments.
-
-        From then on, :meth:`sample` draws exactly the batches the saved buffer
-        would have drawn. Raises :class:`~mixreplay.CheckpointError` (and changes
-        nothing) for a checkpoint that is missing, corrupt, of another format
-        version, or that does not fit this buffer (schema, capacity, sampler,
-        offline fingerprint unless ``allow_offline_mismatch=True``).
-        """
-        checkpoint.load_into(self, path, allow_offline_mismatch=allow_offline_mismatch)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import operator
-import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -12,10 +11,10 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from mixreplay import checkpoint
 from mixreplay._state import Plan, generator_state, plan_generator, plan_sampler, sampler_state
 from mixreplay._torchrl_args import UNSUPPORTED_METHODS, check_unsupported, unsupported_method
 from mixreplay._validate import check_int, describe
+from mixreplay.buffers.base import BufferBase
 from mixreplay.errors import CheckpointError, EmptyBufferError
 from mixreplay.prefetch import Prefetcher, check_pin_memory, check_prefetch, pin
 from mixreplay.samplers import RandomSampler, Sampler
@@ -57,7 +56,7 @@ def check_batch_size(batch_size: Any, *, name: str = "batch_size") -> int:
     return check_int(batch_size, name, min=1, what="a positive int")
 
 
-class ReplayBuffer:
+class ReplayBuffer(BufferBase):
     """Rows in a storage, drawn by a sampler with the buffer's own generator.
 
     Args:
@@ -148,20 +147,9 @@ class ReplayBuffer:
         self._transform = Compose.of(transform)
         self._prefetch = check_prefetch(prefetch, self._batch_size)
         self._pin_memory = check_pin_memory(pin_memory)
-        self._prefetcher = self._make_prefetcher()
+        self._prefetcher: Prefetcher | None = None  # started by the first sample()
 
     # -- prefetching (mixreplay.prefetch) --------------------------------------------------
-
-    def _make_prefetcher(self) -> Prefetcher | None:
-        if not self._prefetch:
-            return None
-        return Prefetcher(
-            self._prefetch_draw,
-            self._prefetch,
-            snapshot=self._draw_snapshot,
-            restore=self._restore_draws,
-            ran_out=self._ran_out,
-        )
 
     def _prefetch_draw(self) -> tuple[TensorDictBase, TensorDict | None]:
         assert self._batch_size is not None  # prefetching needs a batch size
@@ -177,41 +165,6 @@ class ReplayBuffer:
     def _ran_out(self) -> bool:
         return self._sampler.ran_out
 
-    def _before_write(self) -> None:
-        # Draws already asked for see the buffer as it was when they were asked for.
-        if self._prefetcher is not None:
-            self._prefetcher.wait()
-
-    def _after_write(self) -> None:
-        if self._prefetcher is not None:
-            self._prefetcher.refill()
-
-    def close(self) -> None:
-        """Stop the prefetch thread (a no-op without ``prefetch``); later samples are drawn in the caller's thread."""
-        if self._prefetcher is not None:
-            self._prefetcher.discard()
-            self._prefetcher.close()
-            self._prefetcher = None
-            self._prefetch = 0
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __getstate__(self) -> dict:
-        if self._prefetcher is not None:
-            self._prefetcher.discard()  # the copy redraws them: same batches
-        state = self.__dict__.copy()
-        state["_prefetcher"] = None
-        state.pop("_iterator", None)  # a generator object does not pickle
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._prefetcher = self._make_prefetcher()
-
     # -- properties ------------------------------------------------------------------------
 
     @property
@@ -223,32 +176,6 @@ class ReplayBuffer:
         return self._sampler
 
     @property
-    def generator(self) -> torch.Generator:
-        return self._generator
-
-    @property
-    def batch_size(self) -> int | None:
-        return self._batch_size
-
-    @property
-    def transform(self) -> Compose:
-        """This buffer's transforms, in order (an empty :class:`~mixreplay.transforms.Compose`: none)."""
-        return self._transform
-
-    def append_transform(self, transform: Transform) -> None:
-        """Apply ``transform`` to sampled batches, after the transforms already attached.
-
-        Accepts a callable ``td -> td`` or a TorchRL ``Transform`` (e.g. ``DoubleToFloat()``).
-        """
-        self._discard_prefetched()  # batches drawn ahead were transformed the old way
-        self._transform.append(transform)
-
-    def insert_transform(self, index: int, transform: Transform) -> None:
-        """Apply ``transform`` at position ``index`` of this buffer's transforms."""
-        self._discard_prefetched()
-        self._transform.insert(index, transform)
-
-    @property
     def schema(self):
         """Keys, per-row shapes and dtypes of the rows (``None`` before the first write)."""
         return self._storage.schema
@@ -257,15 +184,6 @@ class ReplayBuffer:
     def write_count(self) -> int:
         """Rows written since creation, overwritten ones included (TorchRL's ``write_count``)."""
         return self._storage.write_count
-
-    @property
-    def prefetch(self) -> int:
-        """Batches the prefetch thread keeps ready (0: none)."""
-        return self._prefetch
-
-    @property
-    def pin_memory(self) -> bool:
-        return self._pin_memory
 
     def __len__(self) -> int:
         return len(self._storage)
@@ -386,7 +304,7 @@ class ReplayBuffer:
     def _next(self, batch_size: int | None, info: bool):
         """``(batch, info, ran_out)``: from the prefetch queue when it holds this size."""
         n = self._resolve_batch_size(batch_size)
-        prefetcher = self._prefetcher
+        prefetcher = self._prefetching()
         if prefetcher is not None and n == self._batch_size:
             result, ran_out = prefetcher.next()
             drawn: TensorDictBase = result[0]  # type: ignore[index]
@@ -523,50 +441,6 @@ class ReplayBuffer:
                     plan()
 
         return apply
-
-    def load_state_dict(self, state: Any, *, allow_offline_mismatch: bool = False) -> None:
-        """Restore :meth:`state_dict`; raises :class:`~mixreplay.CheckpointError`, changing nothing, if it does not fit."""
-        self._before_write()
-        apply = self.plan_load_state_dict(state, allow_offline_mismatch=allow_offline_mismatch)
-        apply()
-        self._drop_prefetched()
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Alias of :meth:`dumps` (TorchRL's name)."""
-        self.dumps(path)
-
-    dump = save
-
-    def load(self, path: str | os.PathLike[str], **kwargs: Any) -> None:
-        """Alias of :meth:`loads` (TorchRL's name)."""
-        self.loads(path, **kwargs)
-
-    def dumps(self, path: str | os.PathLike[str]) -> None:
-        """Save a checkpoint directory at ``path``, atomically (see :mod:`mixreplay.checkpoint`).
-
-        The rows are written while the storage's lock is held (no copy), so a collector
-        extending meanwhile waits and the checkpoint is one consistent snapshot. While
-        prefetching, the batches not yet returned are discarded first and the generator
-        rewound to before them: the checkpoint holds a buffer that drew exactly the
-        batches it returned, and this buffer and one restored from the checkpoint return
-        the same batches from then on.
-        """
-        self._discard_prefetched()  # before the lock: the prefetch thread draws under it
-        with self.state_lock():
-            checkpoint.save_state(path, self.state_dict(copy=False))
-
-    def loads(self, path: str | os.PathLike[str], *, allow_offline_mismatch: bool = False) -> None:
-        """Restore the checkpoint at ``path``: the next batches are those the saved buffer would have drawn."""
-        checkpoint.load_into(self, path, allow_offline_mismatch=allow_offline_mismatch)
-
-    def _discard_prefetched(self) -> None:
-        if self._prefetcher is not None:
-            self._prefetcher.discard()
-
-    def _drop_prefetched(self) -> None:
-        # After a successful restore: queued batches belong to the replaced state.
-        if self._prefetcher is not None:
-            self._prefetcher.drop()
 
     def __repr__(self) -> str:
         return (

@@ -1,0 +1,215 @@
+"""What every buffer shares: prefetching, transforms, the context manager and checkpoint files.
+
+:class:`~mixreplay.ReplayBuffer` and the mixing buffers differ in how they draw a batch and
+in what their state holds; how a prefetch queue follows writes, how transforms are attached
+and how a state goes to and from a checkpoint directory is the same for all of them, and
+lives here once.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+
+from mixreplay import checkpoint
+from mixreplay._state import Plan
+from mixreplay.prefetch import Prefetcher
+from mixreplay.transforms import Compose, Transform
+
+__all__ = ["BufferBase"]
+
+
+class BufferBase:
+    """The shared half of a buffer; a subclass draws batches and owns its state.
+
+    A subclass sets ``_batch_size``, ``_generator``, ``_transform``, ``_prefetch``,
+    ``_pin_memory`` and ``_prefetcher = None`` in its constructor, and implements
+    :meth:`_prefetch_draw`, :meth:`_draw_snapshot`, :meth:`_restore_draws`,
+    :meth:`_ran_out`, :meth:`state_dict`, :meth:`plan_load_state_dict` and
+    :meth:`state_lock`.
+    """
+
+    _batch_size: int | None
+    _generator: torch.Generator
+    _transform: Compose
+    _prefetch: int
+    _pin_memory: bool
+    _prefetcher: Prefetcher | None
+
+    # -- what a subclass provides ----------------------------------------------------------
+
+    def _prefetch_draw(self) -> Any:
+        """Draw one batch of ``batch_size`` for the prefetch queue (with what ``sample`` needs)."""
+        raise NotImplementedError
+
+    def _draw_snapshot(self) -> Any:
+        """Everything a draw changes (generators, samplers' draw state), to rewind to."""
+        raise NotImplementedError
+
+    def _restore_draws(self, state: Any) -> None:
+        raise NotImplementedError
+
+    def _ran_out(self) -> bool:
+        """Whether the last draw ended an epoch (samplers without replacement)."""
+        return False
+
+    def state_dict(self, *, copy: bool = True) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def plan_load_state_dict(self, state: Any, *, allow_offline_mismatch: bool = False) -> Plan:
+        """Check ``state`` whole and return the function that applies it (nothing changes yet)."""
+        raise NotImplementedError
+
+    def state_lock(self) -> AbstractContextManager[Any]:
+        """Hold every lock a consistent snapshot of the state needs."""
+        raise NotImplementedError
+
+    # -- prefetching (mixreplay.prefetch) --------------------------------------------------
+
+    def _prefetching(self) -> Prefetcher | None:
+        """The prefetch queue, started on first use; ``None`` without ``prefetch``."""
+        if self._prefetch and self._prefetcher is None:
+            self._prefetcher = Prefetcher(
+                self._prefetch_draw,
+                self._prefetch,
+                snapshot=self._draw_snapshot,
+                restore=self._restore_draws,
+                ran_out=self._ran_out,
+            )
+        return self._prefetcher
+
+    def _before_write(self) -> None:
+        # Draws already asked for see the buffer as it was when they were asked for.
+        if self._prefetcher is not None:
+            self._prefetcher.wait()
+
+    def _after_write(self) -> None:
+        if self._prefetcher is not None:
+            self._prefetcher.refill()
+
+    def _discard_prefetched(self) -> None:
+        # Undo the draws not yet returned (the generator and samplers are rewound).
+        if self._prefetcher is not None:
+            self._prefetcher.discard()
+
+    def _drop_prefetched(self) -> None:
+        # After a successful restore: queued batches belong to the replaced state.
+        if self._prefetcher is not None:
+            self._prefetcher.drop()
+
+    def close(self) -> None:
+        """Stop the prefetch thread (a no-op without ``prefetch``); later samples are drawn in the caller's thread."""
+        if self._prefetcher is not None:
+            self._prefetcher.discard()
+            self._prefetcher.close()
+            self._prefetcher = None
+        self._prefetch = 0
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        self._discard_prefetched()  # the copy redraws them: the same batches
+        state = self.__dict__.copy()
+        state["_prefetcher"] = None  # a thread does not pickle; the copy starts its own
+        state.pop("_iterator", None)  # nor does a generator object
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    # -- properties and transforms ---------------------------------------------------------
+
+    @property
+    def generator(self) -> torch.Generator:
+        return self._generator
+
+    @property
+    def batch_size(self) -> int | None:
+        return self._batch_size
+
+    @property
+    def prefetch(self) -> int:
+        """Batches the prefetch thread keeps ready (0: none)."""
+        return self._prefetch
+
+    @property
+    def pin_memory(self) -> bool:
+        return self._pin_memory
+
+    @property
+    def transform(self) -> Compose:
+        """This buffer's transforms, in order (an empty :class:`~mixreplay.transforms.Compose`: none)."""
+        return self._transform
+
+    def append_transform(self, transform: Transform) -> None:
+        """Apply ``transform`` to sampled batches, after the transforms already attached.
+
+        Accepts a callable ``td -> td`` or a TorchRL ``Transform`` (e.g. ``DoubleToFloat()``).
+        On a mixing buffer it runs on each whole batch, after each source's own transforms;
+        to transform one source's rows only (e.g. cast the offline dataset), attach it to
+        that source instead.
+        """
+        self._discard_prefetched()  # batches drawn ahead were transformed the old way
+        self._transform.append(transform)
+
+    def insert_transform(self, index: int, transform: Transform) -> None:
+        """Apply ``transform`` at position ``index`` of this buffer's transforms."""
+        self._discard_prefetched()
+        self._transform.insert(index, transform)
+
+    # -- checkpoints (mixreplay.checkpoint) ------------------------------------------------
+
+    def load_state_dict(self, state: Any, *, allow_offline_mismatch: bool = False) -> None:
+        """Restore :meth:`state_dict`; raises :class:`~mixreplay.CheckpointError`, changing nothing, if it does not fit.
+
+        Keyword Args:
+            allow_offline_mismatch: resume even though an offline source differs
+                from the one saved (its fingerprint, row count or schema).
+        """
+        self._before_write()
+        apply = self.plan_load_state_dict(state, allow_offline_mismatch=allow_offline_mismatch)
+        apply()
+        self._drop_prefetched()
+
+    def dumps(self, path: str | os.PathLike[str]) -> None:
+        """Save a checkpoint directory at ``path``, atomically (see :mod:`mixreplay.checkpoint`).
+
+        Only the filled rows of writable storages are written, while their locks are held
+        (no copy), so a collector extending meanwhile waits and the checkpoint is one
+        consistent snapshot; offline data is referenced, not copied. While prefetching,
+        the batches not yet returned are discarded first and the generator rewound to
+        before them: the checkpoint holds a buffer that drew exactly the batches it
+        returned, and this buffer and one restored from the checkpoint return the same
+        batches from then on.
+        """
+        self._discard_prefetched()  # before the locks: the prefetch thread draws under them
+        with self.state_lock():
+            checkpoint.save_state(path, self.state_dict(copy=False))
+
+    def loads(self, path: str | os.PathLike[str], *, allow_offline_mismatch: bool = False) -> None:
+        """Restore the checkpoint at ``path`` into this buffer, built with the same arguments.
+
+        From then on, ``sample`` draws exactly the batches the saved buffer would have
+        drawn. Raises :class:`~mixreplay.CheckpointError` (and changes nothing) for a
+        checkpoint that is missing, corrupt, of another format version, or that does not
+        fit this buffer (schema, capacity, sampler, offline fingerprint unless
+        ``allow_offline_mismatch=True``).
+        """
+        checkpoint.load_into(self, path, allow_offline_mismatch=allow_offline_mismatch)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Alias of :meth:`dumps` (TorchRL's name)."""
+        self.dumps(path)
+
+    dump = save
+
+    def load(self, path: str | os.PathLike[str], **kwargs: Any) -> None:
+        """Alias of :meth:`loads` (TorchRL's name)."""
+        self.loads(path, **kwargs)

@@ -6,8 +6,8 @@ dtypes), written by slice, oldest rows overwritten first when full.
 :class:`LazyMemmapStorage` in a memory-mapped file whose blocks are reserved
 when it is created (a full disk is an ``OSError`` then, not a crash later).
 
-A write is packed whole into scratch rows before any stored byte changes, and
-committed with one copy per contiguous run of slots: a write that is refused
+A write is checked whole and packed into staging rows before any stored byte
+changes, and committed with one copy per contiguous run of slots: a write that is refused
 (a key, dtype or shape that does not match, a value that cannot be packed)
 leaves the rows, the schema and the counters exactly as they were.
 """
@@ -36,8 +36,10 @@ __all__ = ["LazyMemmapStorage", "LazyTensorStorage", "TensorStorage", "check_sav
 
 log = logging.getLogger(__name__)
 
-#: writes of up to this many rows (environment steps) are packed into reused scratch rows
+#: writes of up to this many rows (environment steps) keep the views of their staging rows
 _SMALL_WRITE = 32
+#: writes up to this size are staged in reused rows; larger ones in new rows
+_STAGING_BYTES = 4 << 20
 
 
 def _state_int(state: dict[str, Any], key: str, lo: int = 0) -> int:
@@ -176,13 +178,25 @@ class TensorStorage(PackedStorage):
         """
         n = check_rows(data)
         layout = self._layout
-        if layout is not None and n <= _SMALL_WRITE:
-            # An environment step: validate, then pack into reused scratch rows under the
-            # lock (no allocation, views made once), then commit.
+        if layout is not None:
+            # Validated whole first (keys, dtypes, shapes; values detached and moved). Rows
+            # that overwrite stored ones are packed into reused staging rows first and
+            # committed with one copy per run of slots: a write that fails, however,
+            # never leaves a torn row.
             leaves = layout.leaves_of(data)
+            if any(v.requires_grad or v.device != self.device for v in leaves):
+                leaves = [v.detach().to(self.device) for v in leaves]
             with self.lock:
                 if self._layout is layout:
-                    return self._commit(self._pack_small(layout, leaves, n), n)
+                    start = self._cursor
+                    if start == self._len and start + n <= self.max_size:
+                        # Filling slots that hold no row yet: no reader can see them until
+                        # the counters move, so the rows go straight in (one pass).
+                        rows = self._rows
+                        assert rows is not None
+                        layout.write(leaves, layout.group_views(rows[start : start + n]))
+                        return self._advance(start, n)
+                    return self._commit(self._stage(layout, leaves, n), n)
         layout = layout or RowLayout(Schema.from_tensordict(data))
         words = self._pack(data, layout)  # raises before any stored byte changes
         with self.lock:
@@ -199,20 +213,29 @@ class TensorStorage(PackedStorage):
                 words = self._pack(data, self._layout)
             return self._commit(words, n)
 
-    def _pack_small(self, layout: RowLayout, leaves: list[torch.Tensor], n: int) -> torch.Tensor:
-        """Pack ``n <= _SMALL_WRITE`` rows into the scratch rows (caller holds the lock)."""
+    def _stage(self, layout: RowLayout, leaves: list[torch.Tensor], n: int) -> torch.Tensor:
+        """Pack validated ``leaves`` into staging rows (caller holds the lock).
+
+        The staging rows are zeroed once and reused (their padding is never written, so
+        it stays zero); they grow to the largest write up to :data:`_STAGING_BYTES`,
+        above which a write is packed into new rows.
+        """
+        limit = max(_SMALL_WRITE, _STAGING_BYTES // layout.row_bytes)
+        if n > limit:
+            words = torch.zeros(n, layout.row_words, dtype=torch.int64, device=self.device)
+            layout.write(leaves, layout.group_views(words))
+            return words
         scratch = self._scratch
-        if scratch is None or scratch[0] is not layout:
-            zeros = torch.zeros(
-                _SMALL_WRITE, layout.row_words, dtype=torch.int64, device=self.device
-            )
+        if scratch is None or scratch[0] is not layout or scratch[1].shape[0] < n:
+            size = min(limit, max(_SMALL_WRITE, 1 << (n - 1).bit_length()))
+            zeros = torch.zeros(size, layout.row_words, dtype=torch.int64, device=self.device)
             scratch = self._scratch = (layout, zeros, {})
         views = scratch[2].get(n)
         if views is None:
-            views = scratch[2][n] = layout.group_views(scratch[1][:n])
-        if any(v.requires_grad or v.device != self.device for v in leaves):
-            leaves = [v.detach().to(self.device) for v in leaves]
-        layout.write(leaves, views)  # padding is never written: it stays zero
+            views = layout.group_views(scratch[1][:n])
+            if n <= _SMALL_WRITE:  # an environment step's size: keep its views
+                scratch[2][n] = views
+        layout.write(leaves, views)
         return scratch[1][:n]
 
     def _commit(self, words: torch.Tensor, n: int) -> torch.Tensor:
@@ -220,11 +243,9 @@ class TensorStorage(PackedStorage):
         rows = self._rows
         assert rows is not None
         cap, start = self.max_size, self._cursor
-        index = torch.arange(start, start + n, device=self.device)
         if start + n <= cap:
             rows[start : start + n].copy_(words)
         else:
-            index %= cap
             skip = max(0, n - cap)  # rows overwritten within this very call
             pos, src = (start + skip) % cap, skip
             while src < n:
@@ -232,10 +253,16 @@ class TensorStorage(PackedStorage):
                 rows[pos : pos + m].copy_(words[src : src + m])
                 src += m
                 pos = (pos + m) % cap
+        return self._advance(start, n)
+
+    def _advance(self, start: int, n: int) -> torch.Tensor:
+        """Count ``n`` rows written from slot ``start``; the slots they went to."""
+        cap = self.max_size
         self._cursor = (start + n) % cap
         self._len = min(cap, self._len + n)
         self._write_count += n
-        return index
+        index = torch.arange(start, start + n, device=self.device)
+        return index if start + n <= cap else index % cap
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()

@@ -315,6 +315,12 @@ def _new_td(source: dict, batch_size: torch.Size, device) -> TensorDict:
     return TensorDict._new_unsafe(source=source, batch_size=batch_size, device=device)
 
 
+def new_tensordict(leaves: dict[str, torch.Tensor], batch_size: torch.Size) -> TensorDict:
+    """A flat TensorDict of ``leaves`` built without re-checking them (the caller made each
+    one ``[*batch_size, ...]``, on one device): a few µs less than ``TensorDict(...)``."""
+    return _new_td(leaves, batch_size, None)
+
+
 if not hasattr(TensorDict, "_new_unsafe"):  # pragma: no cover - very old tensordict
 
     def _new_td(source: dict, batch_size: torch.Size, device) -> TensorDict:  # noqa: F811

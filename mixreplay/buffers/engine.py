@@ -31,7 +31,7 @@ from mixreplay.buffers.base import BufferBase
 from mixreplay.buffers.foreign import ForeignSource, strip_bookkeeping
 from mixreplay.buffers.replay import ReplayBuffer, check_batch_size, make_generator
 from mixreplay.errors import CheckpointError, EmptyBufferError, PriorityError, SchemaMismatchError
-from mixreplay.layout import RowLayout
+from mixreplay.layout import RowLayout, new_tensordict
 from mixreplay.prefetch import Prefetcher, check_pin_memory, check_prefetch, pin
 from mixreplay.schema import NestedKey, Schema, format_key, normalize_key
 from mixreplay.transforms import Compose, Transform
@@ -121,6 +121,7 @@ class MixingBuffer(BufferBase):
         self._fused = False  # every source is native, packed with one layout, untransformed
         self._unit_size: int | None = None  # rows per sampling unit, once known
         self._distinct: tuple[int, ...] = ()
+        self._labels: dict[tuple[int, ...], torch.Tensor] = {}  # source labels per split
 
     def _init_sources(self, names: Sequence[str], sources: Sequence[Source]) -> None:
         self._names = tuple(names)
@@ -372,9 +373,7 @@ class MixingBuffer(BufferBase):
         self._commit_split(counts)
         source = None
         if self._source_key is not None or return_info:
-            source = torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(counts)).to(
-                batch.device or "cpu"
-            )
+            source = self._source_labels(counts).to(batch.device or "cpu", copy=True)
             if self._source_key is not None:
                 batch.set(self._source_key, source)
         if self._transform:
@@ -386,6 +385,18 @@ class MixingBuffer(BufferBase):
         # The weights are read now: priorities may change before the info is built.
         weights = [self._weight(i, idx) for i, idx in enumerate(indices)]
         return batch, (B, counts, indices, source, weights)
+
+    def _source_labels(self, counts: list[int]) -> torch.Tensor:
+        """Each row's source index for a batch split as ``counts`` (kept per split; copy it)."""
+        key = tuple(counts)
+        labels = self._labels.get(key)
+        if labels is None:
+            if len(self._labels) > 64:  # an annealed split changes often: keep the recent ones
+                self._labels.clear()
+            labels = self._labels[key] = torch.repeat_interleave(
+                torch.arange(len(counts)), torch.tensor(counts)
+            )
+        return labels
 
     def _weight(self, i: int, idx: torch.Tensor | None) -> torch.Tensor | None:
         src = self._sources[i]
@@ -454,25 +465,29 @@ class MixingBuffer(BufferBase):
         source: torch.Tensor,
         weights: list[torch.Tensor | None],
     ) -> TensorDict:
-        index = torch.full((B,), -1, dtype=torch.int64)
-        weight = None
-        pos = 0
-        for i, k in enumerate(counts):
-            if not k:
-                continue
-            idx = indices[i]
-            if idx is not None:
-                index[pos : pos + k] = idx.cpu()
-            w = weights[i]
-            if w is not None:
-                if weight is None:
-                    weight = torch.ones(B, dtype=torch.float32)
-                weight[pos : pos + k] = w.cpu().to(torch.float32)
-            pos += k
-        info = TensorDict({"source": source.cpu(), "index": index}, batch_size=[B])
-        if weight is not None:
-            info["weight"] = weight
-        return info
+        live = [i for i, k in enumerate(counts) if k]
+        parts = [indices[i] for i in live]
+        if all(p is not None for p in parts):  # every source said which rows: one cat
+            index = torch.cat([p.to("cpu", torch.int64) for p in parts if p is not None])
+        else:
+            index = torch.full((B,), -1, dtype=torch.int64)
+            pos = 0
+            for i in live:
+                idx = indices[i]
+                if idx is not None:
+                    index[pos : pos + counts[i]] = idx.cpu()
+                pos += counts[i]
+        leaves = {"source": source.cpu(), "index": index}
+        if any(weights[i] is not None for i in live):
+            leaves["weight"] = torch.cat(
+                [
+                    torch.ones(counts[i], dtype=torch.float32)
+                    if (w := weights[i]) is None
+                    else w.to("cpu", torch.float32)
+                    for i in live
+                ]
+            )
+        return new_tensordict(leaves, torch.Size([B]))
 
     def update_priority(self, info: TensorDictBase, priority: Any) -> None:
         """Send each row's new priority to the source it was drawn from.

@@ -16,6 +16,7 @@ from mixreplay._torchrl_args import UNSUPPORTED_METHODS, check_unsupported, unsu
 from mixreplay._validate import check_int, describe
 from mixreplay.buffers.base import BufferBase
 from mixreplay.errors import CheckpointError, EmptyBufferError
+from mixreplay.layout import new_tensordict
 from mixreplay.prefetch import Prefetcher, check_pin_memory, check_prefetch, pin
 from mixreplay.samplers import RandomSampler, Sampler
 from mixreplay.storages.base import Storage, check_row
@@ -296,10 +297,8 @@ class ReplayBuffer(BufferBase):
             batch = pin(batch)
         if not info:
             return batch, None
-        out = TensorDict({"index": index}, batch_size=[index.numel()])
-        if weight is not None:
-            out["weight"] = weight
-        return batch, out
+        leaves = {"index": index} if weight is None else {"index": index, "weight": weight}
+        return batch, new_tensordict(leaves, torch.Size([index.numel()]))
 
     def _next(self, batch_size: int | None, info: bool):
         """``(batch, info, ran_out)``: from the prefetch queue when it holds this size."""

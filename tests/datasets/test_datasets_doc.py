@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,11 @@ def test_doc_python_blocks_run(index, tmp_path, monkeypatch, registry):
     # in this process (warnings are errors here too); the autouse fixture has already sent
     # every data root to a temp dir, and `registry` forgets what a block registers
     monkeypatch.chdir(tmp_path)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     exec(
         compile(_blocks()[index], f"{DOC.name} block {index}", "exec"),
         {"__name__": "__doc_block__"},
     )
+    assert list(scratch.iterdir()) == []  # the block left no temporary file behind

@@ -7,10 +7,6 @@ import os
 import shutil
 import tempfile
 
-import pytest
-import torch
-from tensordict import TensorDict
-
 
 def _private_dir(variable: str, prefix: str) -> None:
     """Point ``variable`` at a new temp dir removed at exit, unless a parent process already did."""
@@ -27,6 +23,14 @@ _private_dir("MPLCONFIGDIR", "mixreplay-tests-mpl-")
 # Ray's session files (sockets included) go to a short temp dir: a socket path must stay
 # under 107 bytes, which pytest's tmp_path would exceed.
 _private_dir("RAY_TMPDIR", "mr-ray-")
+# torch's compiler cache, likewise (importing torch and tensordict creates it).
+_private_dir("TORCHINDUCTOR_CACHE_DIR", "mixreplay-tests-inductor-")
+
+# Imported after the environment above is set: importing torch and tensordict already
+# creates torch's compiler cache directory.
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -130,7 +130,7 @@ def test_last_used_follows_cache_hits(tmp_path):
     os.utime(ds.path, (1e9, 1e9))  # long ago
     assert cache.list_cache()[0].last_used == 1e9
     load_dataset(f"d4rl:{tmp_path / 'x.hdf5'}")
-    assert cache.list_cache()[0].last_used > time.time() - 60
+    assert cache.list_cache()[0].last_used > 1e9  # the hit moved it from long ago
 
 
 def test_cache_clean_by_id_age_and_all(tmp_path, capsys):

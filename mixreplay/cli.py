@@ -222,7 +222,7 @@ def add_example_parser(subparsers) -> None:
         "--fraction", type=_fraction, default=0.25, help="offline fraction (default 0.25)"
     )
     example.add_argument(
-        "--batch-size", type=_positive_int, default=256, help="rows per batch (default 256)"
+        "--batch-size", type=positive_int, default=256, help="rows per batch (default 256)"
     )
     example.set_defaults(func=run_example)
 
@@ -239,7 +239,8 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """An argparse ``type=`` for counts: a clear one-line error for ``0``, ``-1`` or ``x``."""
     try:
         value = int(text)
     except ValueError:

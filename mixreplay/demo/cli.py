@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from mixreplay.cli import positive_int
 from mixreplay.demo.config import (
     ARMS,
     DEFAULT_DATASET_ID,
@@ -51,16 +52,6 @@ QUICK_NOTE = (
 )
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
 def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     sac = SACConfig()
     p = parser
@@ -75,13 +66,13 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--steps",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help=f"environment steps per run (default {DEFAULTS['steps']}; --quick {QUICK['steps']})",
     )
     p.add_argument(
         "--seeds",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help=f"seeds per arm, 0..N-1 (default {DEFAULTS['seeds']}; --quick {QUICK['seeds']})",
     )
@@ -96,19 +87,19 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--utd",
-        type=_positive_int,
+        type=positive_int,
         default=sac.utd,
         help=f"critic updates per env step (default {sac.utd})",
     )
     p.add_argument(
         "--batch-size",
-        type=_positive_int,
+        type=positive_int,
         default=sac.batch_size,
         help=f"rows per sampled batch (default {sac.batch_size})",
     )
     p.add_argument(
         "--hidden",
-        type=_positive_int,
+        type=positive_int,
         default=sac.hidden,
         help=f"hidden width of all networks (default {sac.hidden})",
     )
@@ -123,19 +114,19 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--eval-every",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help=f"env steps between evaluations (default {DEFAULTS['eval_every']})",
     )
     p.add_argument(
         "--eval-episodes",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help=f"episodes per evaluation (default {DEFAULTS['eval_episodes']})",
     )
     p.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="worker processes (default: one per core)",
     )

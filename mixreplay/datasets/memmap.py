@@ -65,7 +65,7 @@ from mixreplay.storages.dedup import DedupEncoder, DedupFrozenStorage, DedupLayo
 from mixreplay.storages.frozen import FrozenStorage
 from mixreplay.transforms import Transform
 
-__all__ = ["FORMAT", "load_memmap", "read_metadata", "write_memmap_dataset"]
+__all__ = ["FORMAT", "load_memmap", "open_dataset", "read_metadata", "write_memmap_dataset"]
 
 log = logging.getLogger(__name__)
 
@@ -245,8 +245,13 @@ def write_memmap_dataset(
     return final
 
 
-def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read_metadata(path: str | os.PathLike[str], *, recover_swap: bool = True) -> dict[str, Any]:
     """The checked metadata of the dataset at ``path`` (as the current format version).
+
+    Keyword Args:
+        recover_swap: first finish a swap a killed writer left half done (when the
+            parent directory is writable). The cache passes ``False`` for an entry that
+            is a symbolic link: it never writes through a link.
 
     Raises:
         DatasetNotFoundError: nothing at ``path``.
@@ -254,7 +259,7 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
             version, or inconsistent (counts, schema, file entries).
     """
     where = destination(path)
-    if os.access(where.parent, os.W_OK):  # a read-only location is read as it is
+    if recover_swap and os.access(where.parent, os.W_OK):  # a read-only location is read as it is
         recover(where)
     if not where.exists():
         raise DatasetNotFoundError(f"no dataset directory at {where}")
@@ -378,7 +383,19 @@ def load_memmap(
     }
     kwargs = dataset_options(options, "load_dataset('memmap:...')")
     where = destination(Path(path).expanduser())
-    meta = read_metadata(where)
+    return open_dataset(where, read_metadata(where), **kwargs)
+
+
+def open_dataset(where: Path, meta: dict[str, Any], **kwargs: Any) -> OfflineDataset:
+    """The dataset at ``where`` from its metadata as :func:`read_metadata` returned it.
+
+    Maps the rows (sizes checked), reads the small files in full (CRC-32 checked) and
+    checks the episode starts. ``kwargs`` go to :class:`~mixreplay.OfflineDataset`.
+
+    Raises:
+        DatasetError: any damage, naming the file and the problem.
+    """
+    meta = dict(meta)
     layout = meta.pop("layout")
     dl = meta.pop("dedup_layout", None)
     files = meta["files"]

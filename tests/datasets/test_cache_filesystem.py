@@ -1,0 +1,194 @@
+"""The cache on a hostile filesystem: links, files in the way, entries it did not write.
+
+The cache writes, replaces and deletes only inside its own directory, never through a
+symbolic link; everything else it meets is a ``DatasetError`` naming the path and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from mixreplay import DatasetError, load_dataset
+from mixreplay.datasets import cache, get_entry
+from mixreplay.datasets.memmap import load_memmap, write_memmap_dataset
+from tests.conftest import ted_rows
+from tests.datasets.conftest import d4rl_arrays, write_d4rl
+
+
+@pytest.fixture
+def source(tmp_path):
+    """``(dataset ID, its cache entry path)`` of a 20-row D4RL file."""
+    write_d4rl(tmp_path / "x.hdf5", d4rl_arrays())
+    src = get_entry("d4rl").source(str(tmp_path / "x.hdf5"))
+    return f"d4rl:{tmp_path / 'x.hdf5'}", cache.cache_path(src)
+
+
+def _snapshot(root: Path) -> dict[str, tuple[str, int]]:
+    """Every file under ``root``: its SHA-256 and mtime, and every directory's mtime."""
+    out = {}
+    for p in sorted([root, *root.rglob("*")]):
+        st = os.stat(p, follow_symlinks=False)
+        digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        out[str(p.relative_to(root))] = (digest, st.st_mtime_ns)
+    return out
+
+
+def _link(entry: Path, target: Path) -> None:
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.symlink_to(target, target_is_directory=True)
+
+
+# -- an entry that is a link ---------------------------------------------------------------------
+
+
+def test_a_link_to_the_users_own_dataset_is_never_written_through(source, tmp_path):
+    dataset_id, entry = source
+    mine = write_memmap_dataset(tmp_path / "mine", ted_rows(7))
+    before = _snapshot(mine)
+    _link(entry, mine)
+    for refresh in (False, True):
+        with pytest.raises(
+            DatasetError,
+            match=rf"the cache entry {entry} is a symbolic link \(to {mine}\) and would have to "
+            r"be converted again \((its source changed|refresh=True)\); the cache never writes, "
+            r"replaces or deletes anything through a link: remove the link",
+        ):
+            load_dataset(dataset_id, refresh=refresh)
+    assert _snapshot(mine) == before and len(load_memmap(mine)) == 7
+    assert entry.is_symlink()  # the link is left too: it is the user's
+    entry.unlink()
+    assert len(load_dataset(dataset_id)) == 20 and _snapshot(mine) == before
+
+
+def test_a_link_to_a_damaged_directory_is_a_clear_error(source, tmp_path):
+    dataset_id, entry = source
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "metadata.json").write_bytes(b"\xff not json")
+    (broken / "rows.bin").write_bytes(b"\0" * 64)
+    before = _snapshot(broken)
+    _link(entry, broken)
+    with pytest.raises(
+        DatasetError,
+        match=r"is a symbolic link \(to .*broken\) and would have to be converted again "
+        r"\(damaged: .*metadata.json is not valid UTF-8 JSON",
+    ):
+        load_dataset(dataset_id)
+    assert _snapshot(broken) == before
+
+
+def test_a_dangling_link_is_a_clear_error(source, tmp_path):
+    dataset_id, entry = source
+    _link(entry, tmp_path / "nowhere")
+    with pytest.raises(DatasetError, match=r"is a symbolic link .*\(it points to nothing\)"):
+        load_dataset(dataset_id)
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_link_to_a_current_entry_is_served_without_writing_through_it(source, tmp_path, caplog):
+    dataset_id, entry = source
+    first = load_dataset(dataset_id)
+    expected = first[:].clone()
+    moved = tmp_path / "other-disk" / entry.name
+    moved.parent.mkdir()
+    shutil.move(entry, moved)
+    _link(entry, moved)
+    (moved.parent / f".{moved.name}.old").mkdir()  # what a swap a killed writer left looks like
+    os.utime(moved, ns=(10**18, 10**18))
+    before = _snapshot(moved.parent)
+    caplog.set_level(logging.INFO, logger="mixreplay")
+    ds = load_dataset(dataset_id)
+    assert (ds[:] == expected).all() and "converting" not in caplog.text
+    assert _snapshot(moved.parent) == before  # no "last used" time, no recovery through the link
+    assert cache.record_path(entry).parent == entry.parent  # any record stays in the cache
+
+
+def test_a_linked_file_inside_an_entry_is_replaced_not_followed(source, tmp_path):
+    dataset_id, entry = source
+    first = load_dataset(dataset_id)
+    expected = first[:].clone()
+    mine = tmp_path / "mine.bin"
+    mine.write_bytes((entry / "rows.bin").read_bytes())
+    (entry / "rows.bin").unlink()
+    (entry / "rows.bin").symlink_to(mine)
+    before = mine.read_bytes()
+    again = load_dataset(dataset_id)
+    assert (again[:] == expected).all() and not (entry / "rows.bin").is_symlink()
+    assert mine.read_bytes() == before
+
+
+# -- the lock file -------------------------------------------------------------------------------
+
+
+def test_a_lock_file_that_is_a_link_is_refused_and_nothing_is_created(source, tmp_path):
+    dataset_id, entry = source
+    entry.parent.mkdir(parents=True)
+    lock = entry.parent / f".{entry.name}.lock"
+    lock.symlink_to(tmp_path / "created-through-the-link")
+    with pytest.raises(DatasetError, match=r"lock file .*\.lock is a symbolic link; .*remove it"):
+        load_dataset(dataset_id)
+    assert not (tmp_path / "created-through-the-link").exists()
+
+
+def test_a_lock_file_that_is_a_directory_is_refused(source):
+    dataset_id, entry = source
+    (entry.parent / f".{entry.name}.lock").mkdir(parents=True)
+    with pytest.raises(DatasetError, match=r"lock file .*\.lock is a directory; remove it"):
+        load_dataset(dataset_id)
+
+
+# -- files in the way ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["root", "prefix"])
+def test_a_file_where_the_cache_directory_should_be(tmp_path, where, monkeypatch):
+    write_d4rl(tmp_path / "x.hdf5", d4rl_arrays())
+    root = tmp_path / "cache-root"
+    blocker = root if where == "root" else root / "datasets" / "d4rl"
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("MIXREPLAY_DATA_DIR", str(root))
+    with pytest.raises(
+        DatasetError,
+        match=rf"cannot convert into the dataset cache at .*: {blocker} is a file, not a "
+        r"directory; remove it, or set MIXREPLAY_DATA_DIR",
+    ):
+        load_dataset(f"d4rl:{tmp_path / 'x.hdf5'}")
+    assert blocker.read_text() == "not a directory"
+
+
+def test_a_file_at_the_entry_path_is_not_replaced(source):
+    dataset_id, entry = source
+    entry.parent.mkdir(parents=True)
+    entry.write_text("mine")
+    with pytest.raises(DatasetError, match=r"exists and is not a mixreplay dataset; refusing"):
+        load_dataset(dataset_id)
+    assert entry.read_text() == "mine"
+
+
+def test_a_damaged_dedup_entry_is_converted_again(tmp_path, caplog):
+    """Its next_slots.bin and next_rows.bin are an entry's files too."""
+    write_d4rl(tmp_path / "x.hdf5", d4rl_arrays())
+    first = load_dataset(f"d4rl:{tmp_path / 'x.hdf5'}", dedup_next=True)
+    expected = first[:].clone()
+    (first.path / "metadata.json").write_bytes(b"\xff not json")
+    caplog.set_level(logging.INFO, logger="mixreplay")
+    again = load_dataset(f"d4rl:{tmp_path / 'x.hdf5'}", dedup_next=True)
+    assert torch.equal(again[:]["next", "observation"], expected["next", "observation"])
+    assert "removing the damaged cache entry" in caplog.text
+
+
+def test_a_left_over_record_temp_file_is_harmless(source):
+    dataset_id, entry = source
+    load_dataset(dataset_id)
+    stray = cache.record_path(entry).with_name(cache.record_path(entry).name + ".tmp-999999")
+    stray.write_text("{")
+    assert len(load_dataset(dataset_id)) == 20
+    assert [e.path for e in cache.list_cache()] == [entry]

@@ -192,3 +192,73 @@ def test_a_left_over_record_temp_file_is_harmless(source):
     stray.write_text("{")
     assert len(load_dataset(dataset_id)) == 20
     assert [e.path for e in cache.list_cache()] == [entry]
+
+
+def test_a_record_that_is_a_link_is_replaced_not_followed(source, tmp_path, monkeypatch):
+    from mixreplay.datasets import integrity
+
+    monkeypatch.setattr(integrity, "RACY_NS", 0)
+    dataset_id, entry = source
+    first = load_dataset(dataset_id)
+    mine = tmp_path / "mine.json"
+    mine.write_text("my settings")
+    cache.record_path(entry).symlink_to(mine)
+    os.utime(first.path / "rows.bin", ns=(10**18, 10**9))  # not settled by the record: checked
+    assert len(load_dataset(dataset_id)) == 20
+    assert mine.read_text() == "my settings" and not cache.record_path(entry).is_symlink()
+
+
+def test_a_directory_where_rows_bin_should_be_is_damage(source, caplog):
+    dataset_id, entry = source
+    first = load_dataset(dataset_id)
+    expected = first[:].clone()
+    (entry / "rows.bin").unlink()
+    (entry / "rows.bin").mkdir()
+    (entry / "rows.bin" / "x").write_text("?")
+    caplog.set_level(logging.WARNING, logger="mixreplay")
+    assert (load_dataset(dataset_id)[:] == expected).all()
+    assert "rows.bin is missing" in caplog.text
+
+
+def test_a_truncated_local_hdf5_file_is_a_clear_error(tmp_path):
+    write_d4rl(tmp_path / "x.hdf5", d4rl_arrays())
+    os.truncate(tmp_path / "x.hdf5", (tmp_path / "x.hdf5").stat().st_size // 2)
+    with pytest.raises(DatasetError, match=r"x.hdf5 is not a readable HDF5 file: .*truncated"):
+        load_dataset(f"d4rl:{tmp_path / 'x.hdf5'}")
+
+
+# -- interrupted and concurrent within one process -----------------------------------------------
+
+
+def test_a_conversion_interrupted_by_ctrl_c_leaves_nothing_behind(source):
+    dataset_id, entry = source
+
+    def progress(n):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        load_dataset(dataset_id, progress=progress)
+    assert sorted(p.name for p in entry.parent.iterdir()) == [f".{entry.name}.lock"]
+    assert len(load_dataset(dataset_id)) == 20
+
+
+def test_threads_loading_one_new_dataset_convert_it_once(source, caplog):
+    import threading
+
+    dataset_id, entry = source
+    caplog.set_level(logging.INFO, logger="mixreplay")
+    got, errors = [], []
+
+    def load():
+        try:
+            got.append(load_dataset(dataset_id)[:]["observation"].clone())
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(got) == 4 and all(torch.equal(g, got[0]) for g in got)
+    assert sum(r.getMessage().startswith("converting d4rl:") for r in caplog.records) == 1

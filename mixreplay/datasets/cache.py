@@ -100,8 +100,11 @@ def _lock_file(path: Path) -> Path:
 def _in_the_way(directory: Path) -> Path | None:
     """The first component of ``directory`` that exists and is not a directory, if any."""
     for p in [*reversed(directory.parents), directory]:
-        if p.exists() and not p.is_dir():
-            return p
+        try:
+            if p.exists() and not p.is_dir():
+                return p
+        except OSError:  # a name too long, a directory that cannot be searched
+            return None
     return None
 
 
@@ -357,8 +360,11 @@ def load_cached(
     reason = "refresh=True"
     seen = None
     if not refresh:
-        seen = _identity(path)
-        ds, reason = _open_current(path, fingerprint, dataset_kwargs)
+        try:
+            seen = _identity(path)
+            ds, reason = _open_current(path, fingerprint, dataset_kwargs)
+        except OSError as err:  # a path the filesystem refuses (too long, not searchable)
+            raise _cache_error(path.parent, err, "read") from None
         if ds is not None:
             log.debug("opened %s from the cache at %s", source.source_id, path)
             return ds
@@ -369,7 +375,10 @@ def load_cached(
             if ds is not None:
                 return ds
         _refuse_link(path, reason)
-        _clear_damaged(path)
+        try:
+            _clear_damaged(path)
+        except OSError as err:
+            raise _cache_error(path, err, "clear the damaged entry of") from None
         integrity.forget(path)
         convert(source, path, overwrite=True, progress=progress, fingerprint=fingerprint)
         # just written from memory, CRC-32s computed on the way: the first open of

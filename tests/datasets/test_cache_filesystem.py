@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -262,3 +263,51 @@ def test_threads_loading_one_new_dataset_convert_it_once(source, caplog):
         t.join()
     assert errors == [] and len(got) == 4 and all(torch.equal(g, got[0]) for g in got)
     assert sum(r.getMessage().startswith("converting d4rl:") for r in caplog.records) == 1
+
+
+_FULL_CACHE = """
+import os, sys
+from pathlib import Path
+from mixreplay import load_dataset
+os.environ["MIXREPLAY_DATA_DIR"] = sys.argv[2]
+try:
+    load_dataset(sys.argv[1])
+except Exception as err:
+    print(f"{type(err).__name__}: {err}")
+print(sorted(p.name for p in Path(sys.argv[2]).rglob("*")))
+"""
+
+
+def test_a_cache_on_a_full_disk_is_a_clear_error_and_leaves_nothing_half_written(tmp_path):
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) for a private small tmpfs")
+    a = d4rl_arrays()
+    for name in ("observations", "actions", "rewards", "terminals", "timeouts"):
+        setattr(a, name, np.concatenate([getattr(a, name)] * 2000))  # 40,000 rows, ~3 MB
+    a.next_observations = np.concatenate([a.next_observations] * 2000)
+    a.qpos = np.concatenate([a.qpos] * 2000)
+    write_d4rl(tmp_path / "x.hdf5", a)
+    disk = tmp_path / "small"
+    disk.mkdir()
+    script = f'mount -t tmpfs -o size=1m tmpfs "{disk}" && exec "$@"'
+    cmd = ["unshare", "-m"] if os.geteuid() == 0 else ["unshare", "-rm"]
+    cmd += ["sh", "-c", script, "sh", sys.executable, "-c", _FULL_CACHE]
+    cmd += [f"d4rl:{tmp_path / 'x.hdf5'}", str(disk)]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+    if out.returncode and "mount" in out.stderr:
+        pytest.skip(f"cannot mount a private tmpfs here: {out.stderr.strip()}")
+    assert out.returncode == 0, out.stderr
+    error, listing = out.stdout.splitlines()
+    assert re.fullmatch(
+        r"DatasetError: cannot write the dataset .*/datasets/d4rl/x-[0-9a-f]{16}: No space left "
+        r"on device; nothing was written there: free space, or write it elsewhere \(the cache: "
+        r"set MIXREPLAY_DATA_DIR or pass cache_dir=\)",
+        error,
+    ), error
+    assert "rows.bin" not in listing and ".tmp-" not in listing  # no temp directory left

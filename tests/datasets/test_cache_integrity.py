@@ -173,3 +173,37 @@ def test_cache_verify_command(d4rl_id, capsys):
 def test_cache_verify_of_an_empty_cache(capsys):
     assert dataset_cli(["cache", "verify"]) == 0
     assert "is empty" in capsys.readouterr().out
+
+
+# -- the checks themselves -----------------------------------------------------------------------
+
+
+def test_crc_file_names_what_it_cannot_check(tmp_path):
+    from mixreplay.datasets.integrity import crc_file
+
+    path = tmp_path / "rows.bin"
+    path.write_bytes(b"\1" * 16)
+    with pytest.raises(DatasetError, match=r"rows.bin: the metadata holds no CRC-32 for it"):
+        crc_file(path, {"nbytes": 16})  # a format 1 dataset: sizes only
+    with pytest.raises(DatasetError, match=r"rows.bin holds 16 bytes, expected 24; the file is"):
+        crc_file(path, {"nbytes": 24, "crc32": 0})
+    crc_file(path, {"nbytes": 16, "crc32": __import__("zlib").crc32(b"\1" * 16)})
+
+
+def test_verify_entry_names_a_file_that_vanished(d4rl_id):
+    from mixreplay.datasets.integrity import verify_entry
+    from mixreplay.datasets.memmap import read_metadata
+
+    ds = load_dataset(d4rl_id)
+    meta = read_metadata(ds.path)
+    (ds.path / "episodes.bin").unlink()
+    with pytest.raises(DatasetError, match=r"cannot read .*episodes.bin: No such file"):
+        verify_entry(ds.path, ds.path, meta)
+
+
+def test_a_cache_root_the_filesystem_refuses_is_one_line(tmp_path, monkeypatch, d4rl_id):
+    monkeypatch.setenv("MIXREPLAY_DATA_DIR", str(tmp_path / ("x" * 300)))
+    with pytest.raises(
+        DatasetError, match=r"cannot read the dataset cache at .*: File name too long"
+    ):
+        load_dataset(d4rl_id)

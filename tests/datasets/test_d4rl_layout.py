@@ -80,6 +80,10 @@ BAD = {
         ),
         r"'next_observations' has shape \[20, 4\]; expected that of observations, \[20, 3\]",
     ),
+    "a named datatype": (
+        _replace("actions", lambda f, n: f.__setitem__("actions", np.dtype("f4"))),
+        r"'actions' is a Datatype, not an array",
+    ),
     "a dangling soft link": (
         _replace("actions", lambda f, n: f.__setitem__("actions", h5py.SoftLink("/nowhere"))),
         r"'actions' is a link to nothing",

@@ -15,14 +15,22 @@ the cache root; later loads only ``stat`` the source files and map the cache.
 - Fingerprint: the sizes and modification times of the source files, the same
   options and the converter version. It is stored in the entry's metadata; a
   mismatch (the source changed) converts again. A damaged entry (unreadable
-  metadata, a missing or truncated file, bad episode starts) is logged and
-  converted again.
+  metadata, a missing or truncated file, bad episode starts, bytes whose CRC-32
+  changed) is logged and converted again.
+- Bytes: the mapped files are read in full and CRC-checked when their size, mtime,
+  ctime or inode differ from the verification record kept beside the entry, and
+  only then (see :mod:`~mixreplay.datasets.integrity`); :func:`verify_cache`
+  (``mixreplay cache verify``) reads every file whatever the record says.
+- Links: the cache writes, replaces and deletes only inside its own directory and
+  never through a symbolic link. An entry that is a link is served when current and
+  sound; when it must be converted, loading raises a ``DatasetError``.
 
-A cache hit writes nothing but the entry's "last used" time (best effort), so a
-cache on a read-only filesystem serves its current entries. A converting process
-holds a lock file beside the entry (on POSIX), so two processes that load the
-same new dataset convert it once. :func:`list_cache` and :func:`clean_cache`
-(``mixreplay cache list|clean``) show and free the cache, entry by entry.
+A cache hit writes nothing but the entry's "last used" time and its verification
+record (best effort), so a cache on a read-only filesystem serves its current
+entries. A converting process holds a lock file beside the entry (on POSIX), so
+two processes that load the same new dataset convert it once. :func:`list_cache`,
+:func:`clean_cache` and :func:`verify_cache` (``mixreplay cache list|clean|verify``)
+show, free and check the cache, entry by entry.
 """
 
 from __future__ import annotations
@@ -380,10 +388,11 @@ def load_cached(
         except OSError as err:
             raise _cache_error(path, err, "clear the damaged entry of") from None
         integrity.forget(path)
+        started = time.time_ns()
         convert(source, path, overwrite=True, progress=progress, fingerprint=fingerprint)
-        # just written from memory, CRC-32s computed on the way: the first open of
-        # another process (once the files are settled) reads them back and records them
-        return open_dataset(path, read_metadata(path), **dataset_kwargs)
+        meta = read_metadata(path)
+        integrity.record_written(path, meta, started)  # CRC-32s computed as the rows were written
+        return open_dataset(path, meta, **dataset_kwargs)
 
 
 # -- seeing and freeing the cache ------------------------------------------------------------

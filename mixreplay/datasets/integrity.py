@@ -16,9 +16,12 @@ CRC-32 and the file's size, mtime, ctime and inode at that moment.
   full and checked, whatever the record says: damage that leaves a file's stat as
   it was (bits rotting on the disk, a write to the raw device) is found only so.
 
-A file is recorded only once it is a few seconds old (:data:`RACY_NS`): a write in
-the same clock tick as the one recorded would leave the same times behind. So an
-entry just converted is read in full once, by the first open after that.
+A conversion records the files it wrote at once (their CRC-32s were computed
+from the bytes as written) after setting their mtime to just before it began, so
+that any later write, even in the same clock tick, leaves another mtime. A file
+found changed and checked at an open is recorded only once it is a few seconds old
+(:data:`RACY_NS`): a write in the same clock tick as the one recorded would leave
+the same times behind.
 
 A record that cannot be written (a read-only cache) or read costs only a check; it
 is never trusted beyond the stat it holds. It lives in the cache's own directory,
@@ -31,6 +34,7 @@ import contextlib
 import json
 import logging
 import os
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -38,7 +42,16 @@ from typing import Any
 
 from mixreplay.errors import DatasetError
 
-__all__ = ["MAPPED", "RACY_NS", "check_entry", "crc_file", "forget", "record_path", "verify_entry"]
+__all__ = [
+    "MAPPED",
+    "RACY_NS",
+    "check_entry",
+    "crc_file",
+    "forget",
+    "record_path",
+    "record_written",
+    "verify_entry",
+]
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +121,7 @@ def _read_record(entry: Path) -> dict[str, Any]:
 def _write_record(entry: Path, files: dict[str, Any]) -> None:
     """Write the record (best effort: a cache that cannot take it checks again next time)."""
     target = record_path(entry)
-    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}-{threading.get_ident()}")
     data = json.dumps({"version": RECORD_VERSION, "files": files}).encode()
     try:
         tmp.unlink(missing_ok=True)
@@ -121,6 +134,27 @@ def _write_record(entry: Path, files: dict[str, Any]) -> None:
         log.debug("cannot record the check of %s (%s); the next open checks again", entry, err)
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
+
+
+def record_written(entry: Path, meta: dict[str, Any], started_ns: int) -> None:
+    """Record the mapped files of an entry this process just wrote (best effort).
+
+    Their CRC-32s are the ones computed from the bytes as they were written, so they
+    need no reading back. Each file's mtime is set to just before the conversion began
+    (``started_ns``): any later write moves it to the time of that write, which differs,
+    even in the same clock tick as this record (which the ctime alone could not tell).
+    """
+    files: dict[str, Any] = {}
+    mtime = started_ns - 10**9
+    try:
+        for name, file_entry in _files(meta, MAPPED):
+            path = entry / name
+            os.utime(path, ns=(os.stat(path).st_atime_ns, mtime), follow_symlinks=False)
+            files[name] = {"crc32": file_entry.get("crc32"), "stat": _stat(path)}
+    except OSError as err:
+        log.debug("cannot record %s as written (%s); its first open checks it", entry, err)
+        return
+    _write_record(entry, files)
 
 
 def forget(entry: Path) -> None:

@@ -203,6 +203,7 @@ def test_a_record_that_is_a_link_is_replaced_not_followed(source, tmp_path, monk
     first = load_dataset(dataset_id)
     mine = tmp_path / "mine.json"
     mine.write_text("my settings")
+    cache.record_path(entry).unlink()
     cache.record_path(entry).symlink_to(mine)
     os.utime(first.path / "rows.bin", ns=(10**18, 10**9))  # not settled by the record: checked
     assert len(load_dataset(dataset_id)) == 20

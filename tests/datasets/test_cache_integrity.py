@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 
 import pytest
 import torch
@@ -36,8 +37,17 @@ def settled(monkeypatch):
 
 
 def _flip(path, offset: int = 0, *, keep_mtime: bool = False) -> None:
-    """Change one byte of ``path`` in place: same size, (optionally) the same mtime."""
+    """Change one byte of ``path`` in place: same size, (optionally) the same mtime.
+
+    Restoring the mtime leaves the ctime as the only trace of the write, so the write
+    is made once the clock is past the ctime the record holds: a write in the same
+    clock tick as the recording, with its mtime set back, is the one change an open
+    cannot see (``cache verify`` can).
+    """
     st = path.stat()
+    if keep_mtime:
+        while time.time_ns() < st.st_ctime_ns + 50_000_000:
+            time.sleep(0.01)
     with open(path, "r+b") as f:
         f.seek(offset)
         b = f.read(1)
@@ -74,17 +84,32 @@ def test_a_rows_file_changed_in_place_is_converted_again(d4rl_id, caplog, keep_m
 
 
 def test_a_verified_entry_opens_without_reading_its_rows(d4rl_id, caplog, settled):
-    first = load_dataset(d4rl_id)
-    _age(first.path / "rows.bin")  # written long ago: its record can be trusted
     caplog.set_level(logging.DEBUG, logger="mixreplay.datasets")
-    load_dataset(d4rl_id)  # first open since the change of mtime: read once, recorded
-    assert "checking the CRC-32 of" in caplog.text
+    first = load_dataset(d4rl_id)  # converted: recorded with the CRC-32s computed as written
     record = json.loads(cache.record_path(first.path).read_text())
     assert set(record["files"]) == {"rows.bin"}
+    caplog.clear()
+    load_dataset(d4rl_id)
+    assert "checking the CRC-32 of" not in caplog.text
+    _age(first.path / "rows.bin")  # touched: read once, recorded again
+    load_dataset(d4rl_id)
+    assert "checking the CRC-32 of" in caplog.text
     caplog.clear()
     ds = load_dataset(d4rl_id)
     assert "checking the CRC-32 of" not in caplog.text and len(ds) == 20
     assert _converted(caplog) == 0
+
+
+def test_an_entry_without_a_record_is_read_once(d4rl_id, caplog, settled):
+    """An entry written by an older mixreplay, or whose record was lost."""
+    first = load_dataset(d4rl_id)
+    cache.record_path(first.path).unlink()
+    caplog.set_level(logging.DEBUG, logger="mixreplay.datasets")
+    load_dataset(d4rl_id)
+    assert caplog.text.count("checking the CRC-32 of") == 1
+    caplog.clear()
+    load_dataset(d4rl_id)
+    assert "checking the CRC-32 of" not in caplog.text
 
 
 def test_a_change_after_the_record_is_seen_on_the_next_open(d4rl_id, caplog, settled):

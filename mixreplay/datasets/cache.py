@@ -560,7 +560,7 @@ def verify_cache(
         if entry.damaged is None:
             entry = dataclasses.replace(entry, damaged=_verify(entry.path))
         if entry.damaged is not None:
-            log.warning("the cache entry %s is damaged: %s", entry.path, entry.damaged)
+            log.info("the cache entry %s is damaged: %s", entry.path, entry.damaged)
         out.append(entry)
     return out
 

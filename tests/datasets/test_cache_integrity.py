@@ -15,6 +15,8 @@ import time
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mixreplay import DatasetError, load_dataset
 from mixreplay.datasets import cache
@@ -232,3 +234,33 @@ def test_a_cache_root_the_filesystem_refuses_is_one_line(tmp_path, monkeypatch, 
         DatasetError, match=r"cannot read the dataset cache at .*: File name too long"
     ):
         load_dataset(d4rl_id)
+
+
+def test_clean_removes_the_record_with_the_entry(d4rl_id):
+    first = load_dataset(d4rl_id)
+    assert cache.record_path(first.path).exists()
+    cache.clean_cache()
+    assert not first.path.exists() and not cache.record_path(first.path).exists()
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(position=st.floats(0, 1, exclude_max=True), mask=st.integers(1, 255), keep=st.booleans())
+def test_no_single_byte_change_of_a_mapped_file_is_ever_served(d4rl_id, position, mask, keep):
+    first = load_dataset(d4rl_id)
+    expected = first[:].clone()
+    rows = first.path / "rows.bin"
+    offset = int(position * rows.stat().st_size)
+    st_ = rows.stat()
+    if keep:
+        while time.time_ns() < st_.st_ctime_ns + 50_000_000:
+            time.sleep(0.01)
+    with open(rows, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([b ^ mask]))
+    if keep:
+        os.utime(rows, ns=(st_.st_atime_ns, st_.st_mtime_ns))
+    assert (load_dataset(d4rl_id)[:] == expected).all()

@@ -302,8 +302,10 @@ def _open_current(
         if not link:
             log.warning("cached dataset at %s is damaged (%s); converting it again", path, err)
         return None, f"damaged: {err}"
-    if os.utime in os.supports_follow_symlinks or not link:
-        with contextlib.suppress(OSError):  # "last used", for mixreplay cache list|clean
+    with contextlib.suppress(OSError):  # "last used", for mixreplay cache list|clean
+        if not link:
+            os.utime(path)
+        elif os.utime in os.supports_follow_symlinks:  # the link's own time, not its target's
             os.utime(path, follow_symlinks=False)
     return ds, ""
 

@@ -387,32 +387,45 @@ class WriterTable:
     # -- checkpoints -----------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """JSON values plus two ``int64`` tensors: every remembered slot, and the dropped identities.
+        """A few JSON numbers and flat ``int64``/``uint8`` tensors (no per-writer JSON).
 
-        ``writers`` lists ``[writer, done, extra ranges, [[start, offset, length], ...]]``
-        from the least to the most recently active.
+        - ``ids``: ``uint8 [W, L]``, each writer's identity in UTF-8, zero-padded, from the
+          least to the most recently active; ``done``: ``int64 [W]``;
+        - ``extra``: ``int64 [E, 3]``, applied ranges above ``done`` as ``(writer, start, end)``;
+        - ``open``: ``int64 [K, 4]``, unacknowledged blocking chunks as
+          ``(writer, start, offset, length)`` into ``slots``: ``int64 [S]``;
+        - ``evicted``: ``int64 [R]``, the dropped identities' hashes, oldest first.
         """
-        writers: list[list[Any]] = []
+        names = [w.encode() for w in self._records]
+        width = max((len(n) for n in names), default=0)
+        ids = np.zeros((len(names), width), dtype=np.uint8)
+        for i, n in enumerate(names):
+            ids[i, : len(n)] = np.frombuffer(n, dtype=np.uint8)
+        done = np.fromiter((r.done for r in self._records.values()), np.int64, len(names))
+        extra: list[tuple[int, int, int]] = []
+        opened: list[tuple[int, int, int, int]] = []
         parts: list[np.ndarray] = []
         offset = 0
-        for writer, record in self._records.items():
-            opened = []
+        for i, record in enumerate(self._records.values()):
+            extra += [(i, x, y) for x, y in record.extra]
             for start, slots in sorted(record.open.items()):
-                opened.append([start, offset, len(slots)])
+                opened.append((i, start, offset, len(slots)))
                 parts.append(slots)
                 offset += len(slots)
-            writers.append([writer, record.done, [list(r) for r in record.extra], opened])
-        slots_all = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        # the identities dropped, oldest first
         ring = self._evicted[: min(self._evicted_total, EVICTED_MEMORY)]
         if self._evicted_total > EVICTED_MEMORY:
             ring = np.roll(ring, -(self._evicted_total % EVICTED_MEMORY))
         return {
             "version": TABLE_VERSION,
             "max_writers": self.max_writers,
-            "writers": writers,
             "evicted_total": self._evicted_total,
-            "slots": torch.from_numpy(slots_all.astype(np.int64, copy=False)),
+            "ids": torch.from_numpy(ids),
+            "done": torch.from_numpy(done),
+            "extra": torch.tensor(extra, dtype=torch.int64).reshape(-1, 3),
+            "open": torch.tensor(opened, dtype=torch.int64).reshape(-1, 4),
+            "slots": torch.from_numpy(
+                np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+            ),
             "evicted": torch.from_numpy(ring.view(np.int64).copy()),
         }
 
@@ -436,30 +449,65 @@ class WriterTable:
             raise CheckpointError(
                 f"the writer table has version {version!r}, this mixreplay reads {TABLE_VERSION}"
             )
-        slots = _int64_vector(state, "slots")
-        evicted = _int64_vector(state, "evicted")
-        writers = state.get("writers")
+        ids = _tensor(state, "ids", torch.uint8, 2).numpy()
+        done = _tensor(state, "done", torch.int64, 1).numpy()
+        extra = _tensor(state, "extra", torch.int64, 2).numpy()
+        opened = _tensor(state, "open", torch.int64, 2).numpy()
+        slots = _tensor(state, "slots", torch.int64, 1).numpy()
+        evicted = _tensor(state, "evicted", torch.int64, 1).numpy()
         total = state.get("evicted_total")
-        if not isinstance(writers, list):
+        w = len(ids)
+        if len(done) != w or (done < 0).any():
             raise CheckpointError(
-                f"the writer table's writers must be a list, got {type(writers).__name__}"
+                f"the writer table's done must hold one row count >= 0 per writer ({w}), got "
+                f"{len(done)} values, smallest {done.min() if len(done) else None}"
             )
+        records = collections.OrderedDict(
+            (bytes(row).rstrip(b"\0").decode(errors="replace"), _Record(int(d)))
+            for row, d in zip(ids, done)
+        )
+        if len(records) != w:
+            raise CheckpointError(f"the writer table names a writer twice ({w} rows)")
+        order = list(records.values())
+        if extra.shape[1:] != (3,) or (len(extra) and not _in(extra[:, 0], w)):
+            raise CheckpointError(
+                f"the writer table's extra must be [writer < {w}, start, end] rows, got shape "
+                f"{tuple(extra.shape)}"
+            )
+        for i, a, b in extra.tolist():
+            record = order[i]
+            last = record.extra[-1][1] if record.extra else record.done
+            if not last < a < b:
+                raise CheckpointError(
+                    f"writer {list(records)[i]!r}: applied ranges must be sorted [start, end) "
+                    f"pairs above {last}, got [{a}, {b})"
+                )
+            record.extra.append([a, b])
+        if opened.shape[1:] != (4,) or (len(opened) and not _in(opened[:, 0], w)):
+            raise CheckpointError(
+                f"the writer table's open must be [writer < {w}, start, offset, length] rows, "
+                f"got shape {tuple(opened.shape)}"
+            )
+        for i, start, offset, n in opened.tolist():
+            if not (start >= 0 and offset >= 0 and n >= 0 and offset + n <= len(slots)):
+                raise CheckpointError(
+                    f"writer {list(records)[i]!r}: slots [{offset}, {offset + n}) lie outside the "
+                    f"{len(slots)} saved"
+                )
+            order[i].open[start] = slots[offset : offset + n].copy()
         full = len(evicted) == EVICTED_MEMORY
         if (
             not isinstance(total, int)
             or isinstance(total, bool)
+            or len(evicted) > EVICTED_MEMORY
             or not (total >= len(evicted) if full else total == len(evicted))
         ):
             raise CheckpointError(
                 f"the writer table's evicted_total must be the int {len(evicted)} (the "
                 f"identities saved{', or more' if full else ''}), got {total!r}"
             )
-        flat = slots.numpy()
-        records: collections.OrderedDict[str, _Record] = collections.OrderedDict()
-        for entry in writers:
-            records.update([_load_record(entry, flat)])
         ring = np.zeros(EVICTED_MEMORY if total else 0, dtype=np.uint64)
-        ring[: len(evicted)] = evicted.numpy().view(np.uint64)
+        ring[: len(evicted)] = evicted.view(np.uint64)
         if full:  # the next drop overwrites the oldest identity
             ring = np.roll(ring, total % EVICTED_MEMORY)
         self._records = records
@@ -485,53 +533,15 @@ def _hash(writer: str) -> int:
     return int.from_bytes(hashlib.blake2b(writer.encode(), digest_size=8).digest(), "little")
 
 
-def _int64_vector(state: dict[str, Any], name: str) -> torch.Tensor:
+def _tensor(state: dict[str, Any], name: str, dtype: torch.dtype, dim: int) -> torch.Tensor:
     t = state.get(name)
-    if not isinstance(t, torch.Tensor) or t.dtype != torch.int64 or t.dim() != 1:
-        raise CheckpointError(f"the writer table's {name} must be int64[n], got {t!r:.80}")
+    if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.dim() != dim:
+        kind = str(dtype).removeprefix("torch.")
+        raise CheckpointError(
+            f"the writer table's {name} must be a {dim}-d {kind} tensor, got {t!r:.80}"
+        )
     return t
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _load_record(entry: Any, flat: np.ndarray) -> tuple[str, _Record]:
-    if (
-        not isinstance(entry, list)
-        or len(entry) != 4
-        or not isinstance(entry[0], str)
-        or not _is_int(entry[1])
-        or entry[1] < 0
-        or not isinstance(entry[2], list)
-        or not isinstance(entry[3], list)
-    ):
-        raise CheckpointError(
-            f"a writer entry must be [writer, done, ranges, open chunks], got {entry!r:.120}"
-        )
-    writer, done, extra, opened = entry
-    record = _Record(done)
-    last = done
-    for r in extra:
-        if not (isinstance(r, list) and len(r) == 2 and all(_is_int(v) for v in r)) or not (
-            last < r[0] < r[1]
-        ):
-            raise CheckpointError(
-                f"writer {writer!r}: applied ranges must be sorted [start, end) pairs above {done}, "
-                f"got {extra!r:.120}"
-            )
-        last = r[1]
-        record.extra.append([r[0], r[1]])
-    for row in opened:
-        if not (isinstance(row, list) and len(row) == 3 and all(_is_int(v) for v in row)):
-            raise CheckpointError(
-                f"writer {writer!r}: an open chunk must be [start, offset, length], got {row!r}"
-            )
-        start, offset, n = row
-        if not (start >= 0 and offset >= 0 and n >= 0 and offset + n <= len(flat)):
-            raise CheckpointError(
-                f"writer {writer!r}: slots [{offset}, {offset + n}) lie outside the "
-                f"{len(flat)} saved"
-            )
-        record.open[start] = flat[offset : offset + n].copy()
-    return writer, record
+def _in(index: np.ndarray, n: int) -> bool:
+    return bool(((index >= 0) & (index < n)).all())

@@ -581,6 +581,8 @@ def test_any_redelivery_retry_or_restart_applies_each_row_at_most_once(
         ),
         ({"checkpoint_dir": 5}, TypeError, "checkpoint_dir must be a path .* got int 5"),
         ({"checkpoint_dir": "/abs", "resume": "yes"}, TypeError, "resume must be True or False"),
+        ({"max_writers": 0}, ValueError, "max_writers must be an int >= 1, got 0"),
+        ({"max_writers": "8"}, TypeError, "max_writers must be an int, got str '8'"),
     ],
 )
 def test_handle_rejects_bad_options_before_starting_anything(kwargs, err, match):

@@ -55,7 +55,14 @@ import torch
 
 from mixreplay.errors import CheckpointError, WriterEvictedError
 
-__all__ = ["EVICTED_MEMORY", "MAX_WRITERS", "ChunkIds", "WriterTable", "mint_writer_id"]
+__all__ = [
+    "EVICTED_MEMORY",
+    "MAX_WRITERS",
+    "ChunkIds",
+    "WriterTable",
+    "mint_writer_id",
+    "random_writer_id",
+]
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +78,8 @@ EVICTED_MEMORY = 65_536
 # -- writer identities ------------------------------------------------------------------------
 
 _MINT_LOCK = threading.Lock()
-# (task id, attempt) -> writers minted so far by that task attempt in this process
-_MINTED: collections.OrderedDict[tuple[str, int], int] = collections.OrderedDict()
+# (task id, attempt, kind) -> identities of that kind minted so far by that task attempt here
+_MINTED: collections.OrderedDict[tuple[str, int, str], int] = collections.OrderedDict()
 
 
 def _task_key() -> tuple[str, int] | None:
@@ -104,25 +111,33 @@ def _task_key() -> tuple[str, int] | None:
     return task_id.hex(), attempt
 
 
-def mint_writer_id() -> tuple[str, int]:
+def mint_writer_id(kind: str = "writer") -> tuple[str, int]:
     """A new writer identity and the task attempt that made it.
 
     Inside a Ray task (or an actor method call), the identity is a hash of the
-    task's id and of how many identities this task attempt minted before: a task
-    that Ray retries makes the same identities in the same order, so the actor
-    recognises the rows the earlier attempt sent. Elsewhere it is random.
+    task's id, of ``kind`` (``"writer"`` for a :class:`~mixreplay.distributed.RayWriter`,
+    ``"handle"`` for a thread's blocking writes) and of how many identities of that
+    kind this task attempt minted before: a task that Ray retries makes the same
+    identities in the same order, so the actor recognises the rows the earlier
+    attempt sent. Elsewhere it is random (:func:`random_writer_id`).
     """
-    key = _task_key()
-    if key is None:
-        return uuid.uuid4().hex, 0
+    task = _task_key()
+    if task is None:
+        return random_writer_id()
+    key = (*task, kind)
     with _MINT_LOCK:
         n = _MINTED.get(key, 0)
         _MINTED[key] = n + 1
         _MINTED.move_to_end(key)
         while len(_MINTED) > 64:  # only the tasks this worker runs now matter
             _MINTED.popitem(last=False)
-    digest = hashlib.blake2b(f"{key[0]}:{n}".encode(), digest_size=16).hexdigest()
-    return digest, key[1]
+    digest = hashlib.blake2b(f"{task[0]}:{kind}:{n}".encode(), digest_size=16).hexdigest()
+    return digest, task[1]
+
+
+def random_writer_id() -> tuple[str, int]:
+    """An identity no other writer has, and that no retry will take again."""
+    return uuid.uuid4().hex, 0
 
 
 # -- the sending side ------------------------------------------------------------------------
@@ -135,8 +150,9 @@ class ChunkIds:
     :func:`mint_writer_id`). Thread-safe.
     """
 
-    def __init__(self, identity: tuple[str, int] | None = None) -> None:
+    def __init__(self, identity: tuple[str, int] | None = None, *, kind: str = "handle") -> None:
         self._identity = identity
+        self._kind = kind
         self._next = 0
         self._open: dict[int, int] = {}  # start -> end of chunks sent (or about to be), not acked
         self.lock = threading.Lock()
@@ -148,7 +164,7 @@ class ChunkIds:
     def _mint(self) -> tuple[str, int]:
         with self.lock:
             if self._identity is None:
-                self._identity = mint_writer_id()
+                self._identity = mint_writer_id(self._kind)
             return self._identity
 
     def take(self, sizes: Iterable[int]) -> list[int]:

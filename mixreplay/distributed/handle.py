@@ -18,7 +18,7 @@ import torch
 from tensordict import TensorDictBase
 
 from mixreplay._validate import check_bool, check_int, check_path, check_real, check_type
-from mixreplay.distributed.chunks import MAX_WRITERS, ChunkIds
+from mixreplay.distributed.chunks import MAX_WRITERS, ChunkIds, random_writer_id
 from mixreplay.distributed.host import BufferHost, info_tensordict
 from mixreplay.distributed.pipeline import CallPipeline
 from mixreplay.distributed.wire import (
@@ -371,7 +371,9 @@ class RayReplayBuffer:
             raise
         except WriterEvictedError:
             _settle(refs)
-            mine.ids = ChunkIds()  # this thread's next write is a new writer
+            # This thread's next write is a new writer, with a random identity: a derived one
+            # could be that of another writer of the task's earlier attempt.
+            mine.ids = ChunkIds(random_writer_id())
             raise
         except BaseException:
             ids.done(starts)  # the buffer refused the rows: a retry is a new write

@@ -124,7 +124,7 @@ class RayWriter:
         self._unsent: list[_Message] = []
         # Minted here, in the thread and task that made the writer: a Ray task that is
         # retried makes its writers again in the same order, with the same identities.
-        self._ids = ChunkIds(mint_writer_id())
+        self._ids = ChunkIds(mint_writer_id("writer"))
         self._refused: WriterEvictedError | None = None  # once set, every call raises it
         self.rows_sent = 0
         self.messages_sent = 0

@@ -8,6 +8,7 @@ and checks several things with it.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import signal
@@ -119,6 +120,59 @@ def test_collector_tasks_that_ray_retries_write_each_row_once(ray_cluster, offli
     assert len(rb) == OFFLINE + 2 * steps + 1000
     assert sorted(rows_of(stored_online_rows(rb), 4.0)) == list(range(1000))
     rb.kill()
+
+
+@ray.remote
+def identities(marker: str, report: str) -> dict:
+    """The writer identities a task mints; its first attempt records them and dies."""
+    from mixreplay.distributed.chunks import ChunkIds, mint_writer_id
+
+    in_thread: list = []
+    t = threading.Thread(target=lambda: in_thread.append(mint_writer_id("writer")))
+    t.start()
+    t.join()
+    out = {
+        "handle": [ChunkIds().writer, ChunkIds().writer],  # blocking writes of two threads/copies
+        "writer": [mint_writer_id("writer") for _ in range(2)],
+        "thread": in_thread[0][0],
+    }
+    if os.path.exists(marker):
+        with open(report, "w") as f:
+            json.dump(out, f)
+        os.unlink(marker)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return out
+
+
+@ray.remote(num_cpus=0)
+class MintsInInit:
+    def __init__(self):
+        from mixreplay.distributed.chunks import _task_key
+
+        self.key_in_init = _task_key()
+
+    def keys(self):
+        from mixreplay.distributed.chunks import _task_key
+
+        return self.key_in_init, _task_key()
+
+
+def test_a_retried_task_mints_the_same_writer_identities_and_only_it(ray_cluster, tmp_path):
+    marker, report = tmp_path / "kill", tmp_path / "first.json"
+    marker.touch()
+    retry = ray.get(identities.remote(str(marker), str(report)))
+    first = json.loads(report.read_text())
+    assert retry["handle"] == first["handle"]  # the retry's writers are the first attempt's
+    assert [w for w, _ in retry["writer"]] == [w for w, _ in first["writer"]]
+    assert [a for _, a in first["writer"]] == [0, 0] and [a for _, a in retry["writer"]] == [1, 1]
+    every = [*retry["handle"], *(w for w, _ in retry["writer"])]
+    assert len(set(every)) == 4  # blocking writes and RayWriters never share an identity
+    assert retry["thread"] != first["thread"]  # a thread of the task's own: random
+    holder = MintsInInit.remote()
+    in_init, in_method = ray.get(holder.keys.remote())
+    assert in_init is None  # an actor's __init__ runs again on restart, with new rows: random
+    assert in_method is not None and in_method[1] == 0  # a method call: its task id
+    ray.kill(holder)
 
 
 def test_the_actor_killed_during_a_checkpoint_save_comes_back_consistent(

@@ -216,6 +216,8 @@ class _Record:
 
     def missing(self, a: int, b: int) -> list[tuple[int, int]]:
         """The parts of rows ``[a, b)`` not applied yet."""
+        if not self.extra:  # rows arrive in order: one comparison
+            return [(a, b)] if a >= self.done else ([(self.done, b)] if b > self.done else [])
         out = []
         a = max(a, self.done)
         for x, y in self.extra:
@@ -232,6 +234,9 @@ class _Record:
 
     def add(self, a: int, b: int) -> None:
         """Rows ``[a, b)`` were applied."""
+        if a <= self.done and not self.extra:  # in order
+            self.done = max(self.done, b)
+            return
         ranges = [*self.extra, [a, b]]
         ranges.sort()
         merged: list[list[int]] = []
@@ -248,8 +253,9 @@ class _Record:
         if floor > self.done:
             self.done = floor
             self._absorb()
-        for start in [s for s, slots in self.open.items() if s + len(slots) <= floor]:
-            del self.open[start]
+        if self.open:
+            for start in [s for s, slots in self.open.items() if s + len(slots) <= floor]:
+                del self.open[start]
 
     def _absorb(self) -> None:
         while self.extra and self.extra[0][0] <= self.done:

@@ -189,8 +189,12 @@ def define_collector(ray):
             return out
 
         def close(self) -> int:
-            """Wait until every row sent has been written; return how many were sent."""
-            self.writer.flush()
+            """Wait until every row sent has been written; return how many were sent.
+
+            Closing the writer also tells the buffer actor that this writer is done, so
+            its record is the first to go when the actor's table of writers is full.
+            """
+            self.writer.close()
             return self.writer.rows_sent
 
     return Collector

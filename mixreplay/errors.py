@@ -15,6 +15,7 @@ mixreplay::
     ├── CheckpointError(ValueError)          a checkpoint is corrupt or does not fit
     │   └── CheckpointNotFoundError(FileNotFoundError)
     ├── BufferActorError(RuntimeError)       the Ray actor hosting a buffer is dead or unreachable
+    ├── WriterEvictedError(RuntimeError)     the buffer actor forgot a writer whose rows it may hold
     └── MissingDependencyError(ImportError)  an optional extra is not installed
 
 Messages name the argument or key, show the expected against the actual value,
@@ -36,6 +37,7 @@ __all__ = [
     "PriorityError",
     "ReadOnlyError",
     "SchemaMismatchError",
+    "WriterEvictedError",
 ]
 
 
@@ -95,6 +97,17 @@ class BufferActorError(MixreplayError, RuntimeError):
     Raised when Ray is not initialized, when the actor died (its rows are gone
     unless it checkpointed), or while it is restarting; the message names the
     actor and says what to do.
+    """
+
+
+class WriterEvictedError(MixreplayError, RuntimeError):
+    """The buffer actor dropped a writer's record and cannot tell whether it holds its rows.
+
+    The actor keeps a bounded table of writers (``RayReplayBuffer(max_writers=...)``);
+    a writer whose record was dropped and that sends rows the actor may have applied
+    before (a retried task starting over, a write in doubt) is refused with this
+    error instead of being written twice. The writer that got it refuses further
+    rows; write them with a new one.
     """
 
 

@@ -48,6 +48,8 @@ __all__ = [
     "decode_tensors",
     "encode_tensors",
     "map_tensor",
+    "check_container",
+    "parse_strict_json",
     "read_container",
     "read_tensor",
     "write_metadata",
@@ -74,6 +76,8 @@ class Format:
             (tensor entries unresolved) into version ``v + 1``'s.
         error: the exception class raised for every problem.
         what: what a container of this format is, for messages.
+        checksum_since: the first version whose files all carry a checksum; from it on,
+            a file without one is refused (an edit cannot skip the check by deleting it).
     """
 
     name: str
@@ -83,6 +87,7 @@ class Format:
     migrations: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = field(
         default_factory=dict
     )
+    checksum_since: int = 1
 
     @property
     def oldest(self) -> int:
@@ -290,13 +295,52 @@ def _depth(obj: Any, limit: int) -> int:
     return deepest
 
 
+class _NotStrictJSON(ValueError):
+    """JSON that Python reads but the standard does not allow (NaN, duplicate keys)."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotStrictJSON(f"{name} is not a JSON value (mixreplay never writes it)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotStrictJSON(f"the number {text[:40]} overflows a float")
+    return value
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise _NotStrictJSON(f"the key {key!r} appears twice in one object")
+    return out
+
+
+def parse_strict_json(text: str) -> Any:
+    """``json.loads`` as the JSON standard has it: NaN, Infinity and repeated keys are errors.
+
+    Python's reader accepts all three (and reads ``1e999`` as infinity), though no
+    conforming writer produces them, and a checksum cannot be computed over them.
+    """
+    return json.loads(
+        text,
+        parse_constant=_no_constant,
+        parse_float=_finite_float,
+        object_pairs_hook=_no_duplicates,
+    )
+
+
 def read_container(directory: Path, fmt: Format) -> dict[str, Any]:
     """Read and check ``metadata.json``; return it as the *current* version (tensors unresolved).
 
     Raises ``fmt.error`` naming the file for: a missing or unreadable file, text
-    that is not UTF-8 JSON holding an object, nesting deeper than mixreplay writes,
-    another format, a version newer than this mixreplay reads (or older than any
-    migration), and a checksum that does not match (an edited file).
+    that is not strict UTF-8 JSON holding an object (NaN, Infinity and repeated keys
+    are refused), nesting deeper than mixreplay writes, another format, a version
+    newer than this mixreplay reads (or older than any migration), a missing checksum
+    (from ``fmt.checksum_since`` on) and a checksum that does not match (an edited file).
     """
     error = fmt.error
     meta_file = directory / METADATA
@@ -306,8 +350,19 @@ def read_container(directory: Path, fmt: Format) -> dict[str, Any]:
         raise error(f"{meta_file} is missing: {directory} is not a complete {fmt.what}") from None
     except OSError as err:
         raise error(f"cannot read {meta_file}: {err}") from None
+    return check_container(raw, meta_file, fmt)
+
+
+def check_container(raw: bytes, meta_file: Path, fmt: Format) -> dict[str, Any]:
+    """The checks of :func:`read_container` on the bytes ``raw`` of ``meta_file``."""
+    error = fmt.error
+    directory = meta_file.parent
     try:
-        meta = json.loads(raw.decode("utf-8"))
+        meta = parse_strict_json(raw.decode("utf-8"))
+    except _NotStrictJSON as err:
+        raise error(
+            f"{meta_file} is not strict JSON: {err}; the {fmt.what} was edited or is corrupt"
+        ) from None
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
         kind = type(err).__name__
         raise error(
@@ -341,13 +396,15 @@ def read_container(directory: Path, fmt: Format) -> dict[str, Any]:
             f"{directory} has {fmt.what} format version {version}; this mixreplay ({__version__}) "
             f"reads versions {fmt.oldest} to {fmt.version}: write it again with this version"
         )
-    # Every current-version file is checksummed; some older formats had no checksum.
-    if "checksum" in meta or version == fmt.version:
-        checksum = meta.pop("checksum", None)
-        try:
-            expected = _checksum(meta)
-        except ValueError:
-            expected = None
+    # Every file from fmt.checksum_since on carries a checksum; older versions had none.
+    if "checksum" not in meta and version >= fmt.checksum_since:
+        raise error(
+            f"{meta_file} has no checksum, which every {fmt.what} of format version {version} "
+            f"carries; the file was edited or is corrupt: restore it or write the {fmt.what} again"
+        )
+    if "checksum" in meta:
+        checksum = meta.pop("checksum")
+        expected = _checksum(meta)  # strict JSON: every value parsed can be written back
         if checksum != expected:
             raise error(
                 f"{meta_file} was edited or corrupted (checksum {checksum!r}, content hashes to "

@@ -116,12 +116,16 @@ def plan_sampler(sampler: Any, saved: Any, what: str) -> Plan:
             f"{what}: the checkpoint was saved with a {saved.get('type')}, this buffer samples "
             f"with a {kind}; build the buffer with the same sampler"
         )
-    state = saved.get("state")
-    config, mine = saved.get("config") or {}, jsonable(sampler.config())
+    state, config = saved.get("state"), saved.get("config")
+    for part, value in (("config", config), ("state", state)):
+        if not isinstance(value, dict):
+            raise CheckpointError(
+                f"{what}: the saved sampler {part} must be a dict, got "
+                f"{type(value).__name__} {repr(value)[:60]}; the checkpoint is corrupt"
+            )
+    mine = jsonable(sampler.config())
     differ = sorted(
-        k
-        for k in set(config) | set(mine)
-        if config.get(k) != mine.get(k) and k not in (state or {})
+        k for k in set(config) | set(mine) if config.get(k) != mine.get(k) and k not in state
     )
     if differ:
         shown = ", ".join(f"{k}: saved {config.get(k)!r}, buffer {mine.get(k)!r}" for k in differ)

@@ -213,7 +213,7 @@ def load_state(path: str | os.PathLike[str]) -> dict[str, Any]:
     meta = read_container(where, FORMAT)
     if "state" not in meta:
         raise CheckpointError(f"{where}/metadata.json holds no state; the checkpoint is corrupt")
-    state = decode_tensors(meta["state"], where, CheckpointError)
+    state = decode_tensors(meta["state"], where, CheckpointError, where=f"{where}: state")
     if not isinstance(state, dict):
         raise CheckpointError(f"{where}: the saved state is a {type(state).__name__}, not a dict")
     return state
@@ -226,9 +226,21 @@ def load_into(
 
     ``obj`` is unchanged when anything does not fit (its ``load_state_dict`` checks
     the whole state before applying it); the error names the checkpoint.
+
+    Every failure is a :class:`~mixreplay.errors.CheckpointError`. The owners' checks
+    turn whatever a damaged or crafted state holds into one that says what is wrong;
+    any other exception raised while loading (a check that is missing) is converted
+    too, with the original chained, so that callers can rely on the one type.
     """
     state = load_state(path)
     try:
         obj.load_state_dict(state, allow_offline_mismatch=allow_offline_mismatch)
     except CheckpointError as err:
         raise CheckpointError(f"cannot load {destination(path)}: {err}") from err
+    except Exception as err:  # noqa: BLE001 - the last guard: one error type for every failure
+        log.warning("a saved state got past the checks of %r", obj, exc_info=True)
+        raise CheckpointError(
+            f"cannot load {destination(path)}: the saved state does not fit "
+            f"({type(err).__name__}: {err}); the checkpoint is damaged or was not written "
+            "by mixreplay"
+        ) from err

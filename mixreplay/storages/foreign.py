@@ -181,7 +181,7 @@ def _columns(columns: Any, schema: Schema, n: int) -> TensorDict:
         key = tuple(raw) if isinstance(raw, list) and all(isinstance(k, str) for k in raw) else None
         field = fields.get(key) if key is not None else None
         value = c.get("value") if isinstance(c, dict) else None
-        if field is None or key in values:
+        if key is None or field is None or key in values:
             raise CheckpointError(
                 f"the saved column {i} (key {str(raw)[:60]}) names no key of the schema, or one "
                 "named before; the state is corrupt"

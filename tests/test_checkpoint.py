@@ -644,7 +644,7 @@ def test_a_torchrl_online_storage_round_trips(tmp_path):
 # -- crash safety -----------------------------------------------------------------------------
 
 
-def test_an_interrupted_swap_is_recovered(tmp_path):
+def test_an_interrupted_swap_is_read_by_readers_and_recovered_by_the_next_writer(tmp_path):
     path = _saved(tmp_path)
     aside = tmp_path / ".ck.old"
     # Killed between "old aside" and "new in": only the aside copy exists.
@@ -652,9 +652,12 @@ def test_an_interrupted_swap_is_recovered(tmp_path):
     stale_tmp = tmp_path / ".ck.tmp-999999999-abc"  # a dead writer's half-written directory
     stale_tmp.mkdir()
     (stale_tmp / "sources.online.storage.rows.bin").write_bytes(b"\0" * 10)
+    listing = sorted(os.listdir(tmp_path))
     rb = _o2o(10, None)
-    rb.loads(path)
-    assert path.is_dir() and not aside.exists() and len(rb.online_buffer) == 10
+    rb.loads(path)  # a reader reads the previous checkpoint, and changes nothing
+    assert len(rb.online_buffer) == 10 and sorted(os.listdir(tmp_path)) == listing
+    rb.dumps(path)  # the next writer recovers, cleans up and saves
+    assert sorted(os.listdir(tmp_path)) == ["ck"]
     # Killed while removing the old copy: both exist, the new one wins and the old is dropped.
     shutil.copytree(path, aside)
     (aside / METADATA).write_text("{half deleted")

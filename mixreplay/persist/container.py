@@ -24,12 +24,14 @@ Every problem raises the caller's error class (``CheckpointError``,
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
 import mmap
 import os
 import re
+import stat
 import sys
 import zlib
 from collections.abc import Callable, Mapping
@@ -333,7 +335,7 @@ def parse_strict_json(text: str) -> Any:
     )
 
 
-def read_container(directory: Path, fmt: Format) -> dict[str, Any]:
+def read_container(directory: Path, fmt: Format, *, dir_fd: int | None = None) -> dict[str, Any]:
     """Read and check ``metadata.json``; return it as the *current* version (tensors unresolved).
 
     Raises ``fmt.error`` naming the file for: a missing or unreadable file, text
@@ -341,11 +343,15 @@ def read_container(directory: Path, fmt: Format) -> dict[str, Any]:
     are refused), nesting deeper than mixreplay writes, another format, a version
     newer than this mixreplay reads (or older than any migration), a missing checksum
     (from ``fmt.checksum_since`` on) and a checksum that does not match (an edited file).
+
+    With ``dir_fd`` (the directory opened, see
+    :func:`~mixreplay.persist.atomic.read_directory`), the file is opened relative to
+    it; ``directory`` then only names it in messages.
     """
     error = fmt.error
     meta_file = directory / METADATA
     try:
-        raw = _read_regular(meta_file)
+        raw = _read_regular(meta_file, dir_fd)
     except FileNotFoundError:
         raise error(f"{meta_file} is missing: {directory} is not a complete {fmt.what}") from None
     except OSError as err:
@@ -423,16 +429,29 @@ def check_container(raw: bytes, meta_file: Path, fmt: Format) -> dict[str, Any]:
     return meta
 
 
-def _read_regular(path: Path) -> bytes:
-    """The bytes of ``path``, refusing a symbolic link (a container never holds one)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    with os.fdopen(fd, "rb") as f:
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _open(path: Path, dir_fd: int | None) -> int:
+    """Open ``path`` for reading (by its name within ``dir_fd`` when given), never through a
+    link, and without waiting on a FIFO (the caller checks the file is regular)."""
+    flags = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
+    if dir_fd is None:
+        return os.open(path, flags)
+    return os.open(path.name, flags, dir_fd=dir_fd)
+
+
+def _read_regular(path: Path, dir_fd: int | None = None) -> bytes:
+    """The bytes of ``path``, refusing a symbolic link or anything but a regular file."""
+    with os.fdopen(_open(path, dir_fd), "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
         return f.read()
 
 
-def _tensor_file(
-    directory: Path, entry: Any, where: str, error: ErrorType
-) -> tuple[Path, torch.dtype, list[int], int]:
+def _check_entry(
+    entry: Any, where: str, error: ErrorType
+) -> tuple[str, torch.dtype, list[int], int]:
     if not isinstance(entry, dict):
         raise error(f"{where}: a tensor entry must be an object, got {entry!r}")
     name = entry.get("file")
@@ -454,31 +473,55 @@ def _tensor_file(
         isinstance(crc, bool) or not isinstance(crc, int) or not 0 <= crc < 2**32
     ):
         raise error(f"{where}: crc32 must be an int in [0, 2**32), got {crc!r}")
+    return name, dtype, shape, nbytes
+
+
+def _tensor_file(
+    directory: Path, entry: Any, where: str, error: ErrorType, dir_fd: int | None
+) -> tuple[Path, int, torch.dtype, list[int], int]:
+    """Check a tensor entry and open its file: ``(path, fd, dtype, shape, nbytes)``.
+
+    The file is opened once and checked through its descriptor, so what is checked
+    is what is read. The caller closes ``fd``.
+    """
+    name, dtype, shape, nbytes = _check_entry(entry, where, error)
     path = directory / name
-    if path.is_symlink():
-        raise error(
-            f"{path} is a symbolic link; a {where} file must be a regular file inside {directory}"
-        )
-    if not path.is_file():
-        raise error(f"{path} is missing; the files are incomplete: write them again")
-    size = path.stat().st_size
-    if size != nbytes:
-        raise error(
-            f"{path} holds {size} bytes, expected {nbytes} ({entry['dtype']}{shape}); the file is "
-            "truncated or was replaced: write it again"
-        )
-    return path, dtype, shape, nbytes
+    try:
+        fd = _open(path, dir_fd)
+    except FileNotFoundError:
+        raise error(f"{path} is missing; the files are incomplete: write them again") from None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise error(
+                f"{path} is a symbolic link; a {where} file must be a regular file inside "
+                f"{directory}"
+            ) from None
+        raise error(f"cannot read {path}: {err}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{path} is not a regular file; the files are incomplete: write them again")
+        if st.st_size != nbytes:
+            raise error(
+                f"{path} holds {st.st_size} bytes, expected {nbytes} ({entry['dtype']}{shape}); "
+                "the file is truncated or was replaced: write it again"
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return path, fd, dtype, shape, nbytes
 
 
-def read_tensor(directory: Path, entry: Any, *, where: str, error: ErrorType) -> torch.Tensor:
-    """Read one tensor file into memory, checking its size and CRC-32."""
-    path, dtype, shape, nbytes = _tensor_file(directory, entry, where, error)
-    if nbytes == 0:
-        return torch.empty(shape, dtype=dtype)
-    buf = torch.empty(nbytes, dtype=torch.uint8)
-    view = memoryview(buf.numpy())  # type: ignore[arg-type]
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+def read_tensor(
+    directory: Path, entry: Any, *, where: str, error: ErrorType, dir_fd: int | None = None
+) -> torch.Tensor:
+    """Read one tensor file into memory, checking its size and CRC-32 (``dir_fd``: as :func:`read_container`)."""
+    path, fd, dtype, shape, nbytes = _tensor_file(directory, entry, where, error, dir_fd)
     with os.fdopen(fd, "rb") as f:
+        if nbytes == 0:
+            return torch.empty(shape, dtype=dtype)
+        buf = torch.empty(nbytes, dtype=torch.uint8)
+        view = memoryview(buf.numpy())  # type: ignore[arg-type]
         got = 0
         while got < nbytes:
             n = f.readinto(view[got:])
@@ -494,18 +537,19 @@ def read_tensor(directory: Path, entry: Any, *, where: str, error: ErrorType) ->
     return buf.view(dtype).reshape(shape)
 
 
-def map_tensor(directory: Path, entry: Any, *, where: str, error: ErrorType) -> torch.Tensor:
-    """Map one tensor file copy-on-write (sizes checked, no byte read).
+def map_tensor(
+    directory: Path, entry: Any, *, where: str, error: ErrorType, dir_fd: int | None = None
+) -> torch.Tensor:
+    """Map one tensor file copy-on-write (sizes checked, no byte read; ``dir_fd``: as :func:`read_container`).
 
     Writes through the tensor never reach the file. The kernel is told not to read
     ahead (``MADV_RANDOM``): sampling reads rows at random, so a cold file costs page
     cache for the rows drawn, not for their neighbourhoods.
     """
-    path, dtype, shape, nbytes = _tensor_file(directory, entry, where, error)
-    if nbytes == 0:
-        return torch.empty(shape, dtype=dtype)
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    _, fd, dtype, shape, nbytes = _tensor_file(directory, entry, where, error, dir_fd)
     try:
+        if nbytes == 0:
+            return torch.empty(shape, dtype=dtype)
         mapped = mmap.mmap(fd, nbytes, access=mmap.ACCESS_COPY)
     finally:
         os.close(fd)
@@ -514,16 +558,28 @@ def map_tensor(directory: Path, entry: Any, *, where: str, error: ErrorType) -> 
     return torch.frombuffer(mapped, dtype=dtype).view(shape)
 
 
-def decode_tensors(obj: Any, directory: Path, error: ErrorType, *, where: str = "state") -> Any:
-    """The tree of :func:`encode_tensors` with every tensor read back (sizes and CRCs checked)."""
+def decode_tensors(
+    obj: Any,
+    directory: Path,
+    error: ErrorType,
+    *,
+    where: str = "state",
+    dir_fd: int | None = None,
+) -> Any:
+    """The tree of :func:`encode_tensors` with every tensor read back (sizes and CRCs checked).
+
+    ``dir_fd``: as :func:`read_container`.
+    """
     if isinstance(obj, dict):
         if set(obj) == {TENSOR}:
-            return read_tensor(directory, obj[TENSOR], where=where, error=error)
+            return read_tensor(directory, obj[TENSOR], where=where, error=error, dir_fd=dir_fd)
         return {
-            k: decode_tensors(v, directory, error, where=f"{where}.{k}") for k, v in obj.items()
+            k: decode_tensors(v, directory, error, where=f"{where}.{k}", dir_fd=dir_fd)
+            for k, v in obj.items()
         }
     if isinstance(obj, list):
         return [
-            decode_tensors(v, directory, error, where=f"{where}[{i}]") for i, v in enumerate(obj)
+            decode_tensors(v, directory, error, where=f"{where}[{i}]", dir_fd=dir_fd)
+            for i, v in enumerate(obj)
         ]
     return obj

@@ -26,6 +26,7 @@ replaced, and the link keeps pointing at the new one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -105,21 +106,40 @@ def _writers_lock(parent: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+def _remove(path: Path) -> None:
+    """Remove ``path``: a directory tree, or a file or link itself (a link is never followed)."""
+    try:
+        if path.is_symlink() or not path.is_dir():
+            path.unlink()
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        log.warning("cannot remove %s: %s", path, err)
+
+
+def _is_real_directory(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
+
+
 def _discard(directory: Path) -> None:
-    """Remove a directory nobody reads by its name any more (renamed away first)."""
+    """Remove what is at a name nobody reads any more (renamed away first, then removed)."""
     trash = _temp_name(directory)
     try:
         os.replace(directory, trash)
     except FileNotFoundError:
         return
-    shutil.rmtree(trash, ignore_errors=True)
+    _remove(trash)
 
 
 def _recover_locked(path: Path) -> None:
     aside = _aside(path)
-    if not aside.is_dir():
+    if not os.path.lexists(aside):
         return
-    if path.exists():  # the new directory is in place: the old copy is garbage
+    if path.exists() or not _is_real_directory(aside):
+        # the new directory is in place (the old copy is garbage), or the name holds
+        # something no swap leaves there (a file, a link): neither is recovered
         _discard(aside)
     else:  # killed between the two renames: the old copy is the last complete one
         os.replace(aside, path)
@@ -133,7 +153,7 @@ def _remove_dead_writers_temp(path: Path) -> None:
         m = pattern.match(tmp.name)
         if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
             log.info("removing %s, left by a writer that died", tmp)
-            shutil.rmtree(tmp, ignore_errors=True)
+            _remove(tmp)
 
 
 def recover(path: Path, *, cleanup: bool = False) -> None:
@@ -215,7 +235,7 @@ def atomic_directory(
             old = _temp_name(final)
             with contextlib.suppress(FileNotFoundError):
                 os.replace(aside, old)
-        shutil.rmtree(old, ignore_errors=True)
+        _remove(old)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -235,15 +255,19 @@ def _open_directory(final: Path) -> tuple[Path, int] | None:
     away: a reader can find both names missing for an instant, so it looks again.
     """
     flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+    aside = _aside(final)
     for _ in range(READ_ATTEMPTS):
-        for candidate in (final, _aside(final)):
-            try:
-                return candidate, os.open(candidate, flags)
-            except FileNotFoundError:
-                continue
-            except NotADirectoryError:
-                if candidate == final:
-                    raise
+        try:
+            return final, os.open(final, flags)
+        except FileNotFoundError:
+            pass
+        try:  # only a real directory: a swap never leaves a file or a link there
+            return aside, os.open(aside, flags | getattr(os, "O_NOFOLLOW", 0))
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        except OSError as err:
+            if err.errno != errno.ELOOP:
+                raise
     return None
 
 

@@ -355,6 +355,15 @@ def read_container(directory: Path, fmt: Format, *, dir_fd: int | None = None) -
     except FileNotFoundError:
         raise error(f"{meta_file} is missing: {directory} is not a complete {fmt.what}") from None
     except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise error(
+                f"{meta_file} is a symbolic link; a {fmt.what} holds regular files only: "
+                f"write the {fmt.what} again"
+            ) from None
+        if err.errno in (errno.EINVAL, errno.EISDIR):
+            raise error(
+                f"{meta_file} is not a regular file; the {fmt.what} is corrupt: write it again"
+            ) from None
         raise error(f"cannot read {meta_file}: {err}") from None
     return check_container(raw, meta_file, fmt)
 
@@ -443,9 +452,11 @@ def _open(path: Path, dir_fd: int | None) -> int:
 
 def _read_regular(path: Path, dir_fd: int | None = None) -> bytes:
     """The bytes of ``path``, refusing a symbolic link or anything but a regular file."""
-    with os.fdopen(_open(path, dir_fd), "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
+    fd = _open(path, dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    with os.fdopen(fd, "rb") as f:
         return f.read()
 
 

@@ -183,13 +183,27 @@ def save_state(path: str | os.PathLike[str], state: Mapping[str, Any]) -> Path:
     Atomic: the directory is replaced whole or not at all (see :mod:`mixreplay.persist.atomic`);
     an existing directory that is not a checkpoint is refused. A symbolic link at
     ``path`` is followed. Returns the checkpoint directory.
+
+    Raises:
+        CheckpointError: ``path`` holds something else, or the state holds a value a
+            checkpoint cannot store.
+        OSError: the filesystem refused (read-only, full, permissions), naming the
+            checkpoint; the previous checkpoint, if any, is intact.
     """
-    with atomic_directory(
-        path, replaceable=FORMAT.owns, error=CheckpointError, what="checkpoint"
-    ) as tmp:
-        fields = {"state": encode_tensors(state, tmp, CheckpointError)}
-        write_metadata(tmp, FORMAT, fields)
     final = destination(path)
+    try:
+        with atomic_directory(
+            path, replaceable=FORMAT.owns, error=CheckpointError, what="checkpoint"
+        ) as tmp:
+            fields = {"state": encode_tensors(state, tmp, CheckpointError)}
+            write_metadata(tmp, FORMAT, fields)
+    except OSError as err:  # a read-only or full filesystem, a missing permission
+        if isinstance(err, CheckpointError):
+            raise
+        where = f" ({err.filename})" if err.filename else ""
+        raise OSError(
+            err.errno, f"cannot save a checkpoint at {final}: {err.strerror or err}{where}"
+        ) from err
     log.info("saved a checkpoint to %s", final)
     return final
 

@@ -11,6 +11,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -204,3 +206,46 @@ def test_a_dead_writers_temporary_name_that_is_a_link_is_removed_not_followed(sa
     rb.dumps(saved)
     assert sorted(p.name for p in saved.parent.iterdir()) == ["ck", "victim"]
     assert (victim / "keep.txt").read_text() == "mine"
+
+
+# -- a read-only filesystem ------------------------------------------------------------------
+
+_CHILD = """
+import os, sys, torch
+from tensordict import TensorDict
+from mixreplay import LazyTensorStorage, ReplayBuffer
+path = sys.argv[1]
+rb = ReplayBuffer(storage=LazyTensorStorage(50), batch_size=4, generator=0)
+for what in ("loads", "dumps"):
+    try:
+        getattr(rb, what)(path)
+        print(what, "ok", len(rb))
+    except Exception as err:
+        print(what, f"{type(err).__name__}: {err}")
+"""
+
+
+def test_a_checkpoint_on_a_read_only_filesystem_loads_and_a_save_there_says_why_not(saved):
+    """Even with its save interrupted between the renames: reading needs no write."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) for a private read-only mount")
+    root = saved.parent
+    os.replace(saved, root / ".ck.old")
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in root.rglob("*"))
+    script = f'mount --bind "{root}" "{root}" && mount -o remount,bind,ro "{root}" && exec "$@"'
+    cmd = ["unshare", "-m"] if os.geteuid() == 0 else ["unshare", "-rm"]
+    out = subprocess.run(
+        [*cmd, "sh", "-c", script, "sh", sys.executable, "-c", _CHILD, str(saved)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if out.returncode and "mount" in out.stderr:
+        pytest.skip(f"cannot make a private read-only mount here: {out.stderr.strip()}")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "loads ok 5"
+    assert lines[1].startswith(f"dumps OSError: [Errno 30] cannot save a checkpoint at {saved}: ")
+    assert "Read-only file system" in lines[1]
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in root.rglob("*")) == before

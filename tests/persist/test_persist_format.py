@@ -12,7 +12,7 @@ from tensordict import TensorDict
 
 from mixreplay import DatasetError
 from mixreplay.datasets.memmap import load_memmap, write_memmap_dataset
-from mixreplay.persist.container import parse_strict_json
+from mixreplay.persist.container import _checksum, parse_strict_json
 
 V1 = Path(__file__).parent.parent / "fixtures" / "v1" / "dataset"
 METADATA = "metadata.json"
@@ -62,4 +62,19 @@ def test_a_format_1_dataset_loads_without_a_checksum_but_not_with_nan(tmp_path):
     meta["info"] = {"x": float("nan")}
     (path / METADATA).write_text(json.dumps(meta))
     with pytest.raises(DatasetError, match="is not strict JSON: NaN is not a JSON value"):
+        load_memmap(path)
+
+
+@pytest.mark.parametrize(("old", "new"), [("4", "4.0"), ("true", "1"), ("0.0", "-0.0")])
+def test_the_checksum_tells_apart_values_python_calls_equal(tmp_path, old, new):
+    """An edit to a value equal in Python (``4 == 4.0``, ``True == 1``, ``0.0 == -0.0``)."""
+    path = _dataset(tmp_path / "d")
+    meta = json.loads((path / METADATA).read_text())
+    meta["info"] = {"edited": json.loads(old)}
+    del meta["checksum"]
+    meta["checksum"] = _checksum(meta)
+    text = json.dumps(meta).replace(f'"edited": {old}', f'"edited": {new}')
+    (path / METADATA).write_text(text)
+    assert json.loads(text)["info"]["edited"] == json.loads(old)
+    with pytest.raises(DatasetError, match="metadata.json was edited or corrupted"):
         load_memmap(path)

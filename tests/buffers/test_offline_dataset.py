@@ -36,3 +36,30 @@ def test_rows_of_every_per_row_shape_read_back_exactly():
     ds = OfflineDataset.from_tensordict(rows)
     for k in SHAPES:
         assert torch.equal(ds[:][k], rows[k]), k
+
+
+@pytest.mark.parametrize(
+    ("make", "err", "match"),
+    [
+        (
+            lambda: {"x": torch.zeros(3)},
+            TypeError,
+            r"from_tensordict expects a TensorDict of rows, got dict; wrap it: TensorDict\(data, "
+            r"batch_size=\[n\]\)",
+        ),
+        (
+            lambda: TensorDict({"x": torch.zeros(2, 3)}, [2, 3]),
+            ValueError,
+            r"from_tensordict expects rows, a TensorDict with batch_size=\[n\], got "
+            r"batch_size=\[2, 3\]; flatten it first: td.reshape\(-1\)",
+        ),
+        (
+            lambda: TensorDict({"x": torch.zeros(2, device="meta")}, [2]),
+            ValueError,
+            r"key 'x' is on the meta device, which holds no data",
+        ),
+    ],
+)
+def test_what_is_not_rows_is_refused_with_the_fix(make, err, match):
+    with pytest.raises(err, match=match):
+        OfflineDataset.from_tensordict(make())

@@ -125,10 +125,10 @@ class OfflineDataset(ReplayBuffer):
                 f"from_tensordict expects rows, a TensorDict with batch_size=[n], got "
                 f"batch_size={list(td.batch_size)}; flatten it first: td.reshape(-1)"
             )
-        meta = [k for k, v in td.items(True, True) if getattr(v, "device", None) == _META]
-        if meta:
+        on_meta = [k for k, v in td.items(True, True) if getattr(v, "device", None) == _META]
+        if on_meta:
             raise ValueError(
-                f"key {meta[0]!r} is on the meta device, which holds no data; build the rows "
+                f"key {on_meta[0]!r} is on the meta device, which holds no data; build the rows "
                 "on the CPU or a GPU"
             )
         storage = FrozenStorage.from_tensordict(td)

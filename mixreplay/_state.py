@@ -106,6 +106,15 @@ def sampler_state(sampler: Any) -> dict[str, Any]:
     }
 
 
+def _saved_dict(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise CheckpointError(
+            f"{what} must be a dict, got {type(value).__name__} {repr(value)[:60]}; "
+            "the checkpoint is corrupt"
+        )
+    return value
+
+
 def plan_sampler(sampler: Any, saved: Any, what: str) -> Plan:
     """Check a saved sampler (type, settings, state) against ``sampler``; return the loader."""
     if not isinstance(saved, dict):
@@ -116,12 +125,11 @@ def plan_sampler(sampler: Any, saved: Any, what: str) -> Plan:
             f"{what}: the checkpoint was saved with a {saved.get('type')}, this buffer samples "
             f"with a {kind}; build the buffer with the same sampler"
         )
-    state = saved.get("state")
-    config, mine = saved.get("config") or {}, jsonable(sampler.config())
+    config = _saved_dict(saved.get("config"), f"{what}: the saved sampler config")
+    state = _saved_dict(saved.get("state"), f"{what}: the saved sampler state")
+    mine = jsonable(sampler.config())
     differ = sorted(
-        k
-        for k in set(config) | set(mine)
-        if config.get(k) != mine.get(k) and k not in (state or {})
+        k for k in set(config) | set(mine) if config.get(k) != mine.get(k) and k not in state
     )
     if differ:
         shown = ", ".join(f"{k}: saved {config.get(k)!r}, buffer {mine.get(k)!r}" for k in differ)

@@ -338,12 +338,13 @@ def _saved(tmp_path, make=None) -> Path:
     return path
 
 
-def _edit_metadata(path: Path, edit, *, fix_checksum: bool) -> None:
+def _edit_metadata(path: Path, edit, *, fix_checksum: bool | None) -> None:
+    """Edit metadata.json; its checksum recomputed (True), kept as it was (False) or removed (None)."""
     meta = json.loads((path / METADATA).read_text())
-    meta.pop("checksum")
+    old = meta.pop("checksum")
     edit(meta)
-    if fix_checksum:
-        meta["checksum"] = _checksum(meta)
+    if fix_checksum is not None:
+        meta["checksum"] = _checksum(meta) if fix_checksum else old
     (path / METADATA).write_text(json.dumps(meta))
 
 
@@ -370,7 +371,50 @@ def _flip_a_byte(path):
     f.write_bytes(bytes(data))
 
 
+def _edited_with_nan(value):
+    """An edit (the fraction 0.3 -> 0.9) that hides behind a non-JSON number and no checksum."""
+
+    def edit(m):
+        m["state"]["fraction"]["schedule"]["value"] = 0.9
+        m["state"]["fraction"]["base_offline_fraction"] = 0.9
+        m["pad"] = value
+
+    return lambda p: _edit_metadata(p, edit, fix_checksum=None)
+
+
+def _insert_raw(path: Path, text: str) -> None:
+    """Add ``text`` right after the opening brace of metadata.json (the checksum unchanged)."""
+    raw = (path / METADATA).read_text()
+    (path / METADATA).write_text("{" + text + "," + raw.lstrip()[1:])
+
+
 CORRUPTIONS = {
+    "NaN in metadata without a checksum": (
+        _edited_with_nan(float("nan")),
+        "metadata.json is not strict JSON: NaN is not a JSON value",
+    ),
+    "Infinity in metadata without a checksum": (
+        _edited_with_nan(float("-inf")),
+        "metadata.json is not strict JSON: -Infinity is not a JSON value",
+    ),
+    "a number that overflows a float": (
+        lambda p: _insert_raw(p, '"pad": 1e999'),
+        "metadata.json is not strict JSON: the number 1e999 overflows a float",
+    ),
+    "a key repeated with the same value": (
+        lambda p: _insert_raw(p, '"format": "mixreplay-checkpoint"'),
+        "metadata.json is not strict JSON: the key 'format' appears twice in one object",
+    ),
+    "an edit with the checksum removed": (
+        lambda p: _edit_metadata(
+            p, lambda m: m["state"]["fraction"].update(base_offline_fraction=0.9), fix_checksum=None
+        ),
+        "metadata.json has no checksum, which every checkpoint of format version 2 carries",
+    ),
+    "format 1 claimed, without a checksum": (
+        lambda p: _edit_metadata(p, lambda m: m.update(format_version=1), fix_checksum=None),
+        "metadata.json has no checksum, which every checkpoint of format version 1 carries",
+    ),
     "unknown format version": (
         lambda p: _edit_metadata(p, lambda m: m.update(format_version=99), fix_checksum=True),
         r"in checkpoint format version 99; this mixreplay .* reads versions 1 to 2: upgrade mixreplay",
@@ -600,7 +644,7 @@ def test_a_torchrl_online_storage_round_trips(tmp_path):
 # -- crash safety -----------------------------------------------------------------------------
 
 
-def test_an_interrupted_swap_is_recovered(tmp_path):
+def test_an_interrupted_swap_is_read_by_readers_and_recovered_by_the_next_writer(tmp_path):
     path = _saved(tmp_path)
     aside = tmp_path / ".ck.old"
     # Killed between "old aside" and "new in": only the aside copy exists.
@@ -608,9 +652,12 @@ def test_an_interrupted_swap_is_recovered(tmp_path):
     stale_tmp = tmp_path / ".ck.tmp-999999999-abc"  # a dead writer's half-written directory
     stale_tmp.mkdir()
     (stale_tmp / "sources.online.storage.rows.bin").write_bytes(b"\0" * 10)
+    listing = sorted(os.listdir(tmp_path))
     rb = _o2o(10, None)
-    rb.loads(path)
-    assert path.is_dir() and not aside.exists() and len(rb.online_buffer) == 10
+    rb.loads(path)  # a reader reads the previous checkpoint, and changes nothing
+    assert len(rb.online_buffer) == 10 and sorted(os.listdir(tmp_path)) == listing
+    rb.dumps(path)  # the next writer recovers, cleans up and saves
+    assert sorted(os.listdir(tmp_path)) == ["ck"]
     # Killed while removing the old copy: both exist, the new one wins and the old is dropped.
     shutil.copytree(path, aside)
     (aside / METADATA).write_text("{half deleted")

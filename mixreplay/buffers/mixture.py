@@ -323,7 +323,16 @@ class MixtureReplayBuffer(MixingBuffer):
                 except (TypeError, ValueError) as err:
                     raise CheckpointError(str(err)) from None
             else:
-                current = self._schedules.get(name) or as_schedule(self._fixed[name])
+                current = self._schedules.get(name)
+                if current is None:
+                    try:
+                        current = as_schedule(self._fixed[name])
+                    except (TypeError, ValueError):  # a weight above 1 is no fraction schedule
+                        raise CheckpointError(
+                            f"fractions[{name!r}]: the state holds a schedule, this buffer the "
+                            f"fixed weight {self._fixed[name]!r}; build the buffer with the saved "
+                            "fractions"
+                        ) from None
                 schedules[name] = plan_schedule(
                     entry.get("schedule"), current, f"fractions[{name!r}]"
                 )
@@ -336,6 +345,8 @@ class MixtureReplayBuffer(MixingBuffer):
         if carry is not None:  # format 1 had no carry
             if not isinstance(carry, dict):
                 raise CheckpointError(f"carry must be a dict, got {carry!r}")
+            if not isinstance(carry.get("live", []), list):
+                raise CheckpointError(f"carry live sources must be a list, got {carry!r}")
             live = tuple(state_int(i, "carry live source") for i in carry.get("live", []))
             values = carry.get("values")  # type: ignore[assignment]
             if (

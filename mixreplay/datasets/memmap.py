@@ -101,6 +101,7 @@ FORMAT = Format(
     error=DatasetError,
     what="dataset",
     migrations={1: _from_v1},
+    checksum_since=2,
 )
 
 

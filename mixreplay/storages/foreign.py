@@ -128,18 +128,30 @@ class ForeignStorage(Storage):
         n = state_int(state.get("len"), "storage len")
         cursor = state_int(state.get("cursor"), "storage cursor")
         count = state_int(state.get("write_count"), "storage write_count")
-        schema = None if state.get("schema") is None else Schema.from_json(state["schema"])
+        if (
+            n > self.max_size
+            or cursor >= self.max_size
+            or count < n
+            or (n < self.max_size and cursor != n)
+        ):
+            raise CheckpointError(
+                f"inconsistent ring (len={n}, cursor={cursor}, write_count={count}, "
+                f"max_size={self.max_size}); the state is corrupt"
+            )
+        try:
+            schema = None if state.get("schema") is None else Schema.from_json(state["schema"])
+        except ValueError as err:
+            raise CheckpointError(f"the saved schema is invalid ({err})") from None
         if self._schema is not None and schema is not None and schema != self._schema:
             raise CheckpointError(
                 "the saved rows do not match this storage's: "
                 + "; ".join(self._schema.differences(schema, names=("storage", "state")))
             )
-        columns = state.get("columns") or []
         data = None
         if n:
-            if schema is None or len(columns) != len(schema):
-                raise CheckpointError("the saved ForeignStorage state lacks its columns")
-            data = TensorDict({tuple(c["key"]): c["value"] for c in columns}, batch_size=[n])
+            if schema is None:
+                raise CheckpointError(f"{n} rows saved without a schema; the state is corrupt")
+            data = _columns(state.get("columns"), schema, n)
 
         def restore() -> None:
             self._empty_inner()
@@ -153,6 +165,43 @@ class ForeignStorage(Storage):
 
     def __repr__(self) -> str:
         return f"ForeignStorage({type(self.inner).__name__}, max_size={self.max_size}, len={len(self)})"
+
+
+def _columns(columns: Any, schema: Schema, n: int) -> TensorDict:
+    """The saved columns as ``[n]`` rows, each checked against ``schema``."""
+    if not isinstance(columns, list) or len(columns) != len(schema):
+        raise CheckpointError(
+            f"the saved ForeignStorage state must hold one column per key of its schema "
+            f"({len(schema)}), got {type(columns).__name__}; the state is corrupt"
+        )
+    fields = {f.key: f for f in schema.fields}
+    values = {}
+    for i, c in enumerate(columns):
+        raw = c.get("key") if isinstance(c, dict) else None
+        key = tuple(raw) if isinstance(raw, list) and all(isinstance(k, str) for k in raw) else None
+        field = fields.get(key) if key is not None else None
+        value = c.get("value") if isinstance(c, dict) else None
+        if key is None or field is None or key in values:
+            raise CheckpointError(
+                f"the saved column {i} (key {str(raw)[:60]}) names no key of the schema, or one "
+                "named before; the state is corrupt"
+            )
+        if (
+            not isinstance(value, torch.Tensor)
+            or value.dtype != field.dtype
+            or tuple(value.shape) != (n, *field.shape)
+        ):
+            got = (
+                f"{value.dtype}{list(value.shape)}"
+                if isinstance(value, torch.Tensor)
+                else type(value).__name__
+            )
+            raise CheckpointError(
+                f"the saved column {list(key)} must be a {field.dtype}{[n, *field.shape]} "
+                f"tensor, got {got}"
+            )
+        values[key] = value
+    return TensorDict(values, batch_size=[n])
 
 
 def adapt_storage(storage: Any) -> ForeignStorage:

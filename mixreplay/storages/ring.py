@@ -239,7 +239,12 @@ class TensorStorage(PackedStorage):
         return scratch[1][:n]
 
     def _commit(self, words: torch.Tensor, n: int) -> torch.Tensor:
-        """Copy packed rows into the ring at the cursor (caller holds the lock)."""
+        """Copy packed rows into the ring at the cursor (caller holds the lock).
+
+        Whole rows are copied and the counters move last, so a write interrupted
+        (``KeyboardInterrupt``) between two copies leaves whole rows, and retried lands
+        on the same slots.
+        """
         rows = self._rows
         assert rows is not None
         cap, start = self.max_size, self._cursor
@@ -258,9 +263,9 @@ class TensorStorage(PackedStorage):
     def _advance(self, start: int, n: int) -> torch.Tensor:
         """Count ``n`` rows written from slot ``start``; the slots they went to."""
         cap = self.max_size
-        self._cursor = (start + n) % cap
-        self._len = min(cap, self._len + n)
-        self._write_count += n
+        cursor, length, count = (start + n) % cap, min(cap, self._len + n), self._write_count + n
+        # one statement without calls: an interrupt never moves one counter without the others
+        self._cursor, self._len, self._write_count = cursor, length, count
         index = torch.arange(start, start + n, device=self.device)
         return index if start + n <= cap else index % cap
 

@@ -1,6 +1,6 @@
 """TorchRL's SAC on a mixreplay buffer: a TorchRL ``Collector`` feeds it, ``SACLoss`` learns from it.
 
-    python examples/torchrl_sac.py                  # 3,000 frames, one update each: ~1 min of a core
+    python examples/torchrl_sac.py                  # 3,000 frames, one update each: 45-95 CPU-s
     python examples/torchrl_sac.py --frames 600 --updates-per-frame 0.5 --seed 1   # a smoke run
 
 Needs ``pip install "mixreplay[torchrl,demo]"`` (torchrl 0.14, gymnasium, minari).
@@ -35,7 +35,8 @@ batches are then assembled on the GPU (the offline rows are copied there per bat
 
 With the defaults (3,000 frames, one SAC update per frame, 64-unit networks) the policy
 reached the goal on seeds 0 and 2 and not yet on seed 1 (measured, one thread: 40-50 CPU-s
-per run). That is a glimpse, not a benchmark: ``mixreplay demo`` compares mixed replay
+per run on a quiet machine, 86-95 at load average 6-9; seed 0: return 97.0 in 230 steps). It
+prints a line every 500 frames (``--progress-every``). That is a glimpse, not a benchmark: ``mixreplay demo`` compares mixed replay
 against online-only SAC, which never reaches the goal here.
 """
 

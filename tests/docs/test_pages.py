@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -123,3 +124,17 @@ def test_python_blocks_run(code, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     # Ray's workers leave multiprocessing's empty pymp-* directories: not the block's
     assert [p.name for p in scratch.iterdir() if not p.name.startswith("pymp-")] == []
+
+
+def test_the_quick_demo_time_in_help_is_the_one_the_docs_give():
+    """`mixreplay demo --help` and the pages say the same about how long --quick takes."""
+    out = subprocess.run(
+        [sys.executable, "-m", "mixreplay", "demo", "--help"], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    said = " ".join(out.stdout.split())
+    seconds = re.search(r"--quick\s.*?about (\d+) s on 2 idle cores", said, flags=re.S)
+    assert seconds, said
+    for page in (ROOT / "README.md", DOCS / "getting-started.md"):
+        text = " ".join(page.read_text().split())
+        assert f"about {seconds[1]} s on 2 idle cores" in text, page.name

@@ -48,6 +48,10 @@ autodoc_mock_imports: list[str] = []
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_rtype = False
+# one "Keyword Arguments" list, not a typed field per keyword: docstrings that document several
+# keywords on one line ("split_trajs, writer, prefetch: ...") would otherwise turn the names
+# after the first into cross-references (ambiguous: several classes have a `prefetch`)
+napoleon_use_keyword = False
 
 html_theme = "furo"
 html_title = f"mixreplay {release}"

@@ -63,7 +63,9 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--dataset",
         default=None,
         help=f"offline dataset ID for load_dataset (default: minari:{DEFAULT_DATASET_ID}, "
-        "a scripted expert generated on first use into $MINARI_DATASETS_PATH)",
+        "a scripted expert generated on first use into Minari's root: $MINARI_DATASETS_PATH, "
+        "default ~/.minari/datasets; converted once into $MIXREPLAY_DATA_DIR, default "
+        "~/.cache/mixreplay)",
     )
     p.add_argument(
         "--steps",

@@ -268,7 +268,7 @@ def fmt_rate(x: float | None) -> str:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter runs")
     parser.add_argument("--seconds", type=float, default=None, help="seconds per throughput run")
     parser.add_argument("--no-torchrl", action="store_true", help="skip TorchRL's RayReplayBuffer")

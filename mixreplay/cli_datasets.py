@@ -476,9 +476,18 @@ def _check_dest(dest: Path, overwrite: bool) -> None:
 
     if not dest.exists() and not dest.is_symlink():
         return
-    if not overwrite:
-        raise FileExistsError(f"{dest} exists; pass --overwrite to replace it")
-    if dest.is_dir() and (not any(dest.iterdir()) or FORMAT.owns(dest)):
+    # advise --overwrite only where --overwrite would then be accepted
+    if dest.is_dir() and FORMAT.owns(dest):
+        if not overwrite:
+            raise FileExistsError(
+                f"{dest} holds a mixreplay dataset; pass --overwrite to replace it"
+            )
+        return
+    if dest.is_dir() and not any(dest.iterdir()):
+        if not overwrite:
+            raise FileExistsError(
+                f"{dest} exists (an empty directory); pass --overwrite to write into it"
+            )
         return
     raise DatasetError(
         f"{dest} exists and is not a mixreplay dataset: --overwrite replaces only a dataset "

@@ -1,8 +1,9 @@
 """``mixreplay demo``: online-only vs mixed vs annealed SAC, several seeds, in parallel.
 
 The default run (3 arms x 3 seeds x 3,000 steps) costs about 130 CPU-seconds; ``--quick``
-(3 arms x 2 seeds x 2,000 steps) about 60, some 35 s of wall time on two idle cores. Wall
-time depends on what else shares the cores.
+(3 arms x 2 seeds x 2,000 steps) about 60, some 40 s of wall time on two idle cores. Wall
+time depends on what else shares the cores (``--quick``: 2 minutes at load average 5-9,
+20 minutes at 14).
 
 :func:`add_demo_parser` adds the command to ``mixreplay``'s parser (see
 :mod:`mixreplay.cli`); ``python -m mixreplay.demo`` runs it too. This module imports
@@ -62,7 +63,9 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--dataset",
         default=None,
         help=f"offline dataset ID for load_dataset (default: minari:{DEFAULT_DATASET_ID}, "
-        "a scripted expert generated on first use into $MINARI_DATASETS_PATH)",
+        "a scripted expert generated on first use into Minari's root: $MINARI_DATASETS_PATH, "
+        "default ~/.minari/datasets; converted once into $MIXREPLAY_DATA_DIR, default "
+        "~/.cache/mixreplay)",
     )
     p.add_argument(
         "--steps",
@@ -82,8 +85,8 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument(
         "--quick",
         action="store_true",
-        help=f"{QUICK['seeds']} seeds x {QUICK['steps']} steps: about a minute on 2 cores, and "
-        "the mixed arms already reach the goal",
+        help=f"{QUICK['seeds']} seeds x {QUICK['steps']} steps: about 40 s on 2 idle cores (longer "
+        "on a busy machine), and the mixed arms already reach the goal",
     )
     p.add_argument(
         "--utd",

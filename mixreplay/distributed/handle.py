@@ -78,7 +78,8 @@ class RayReplayBuffer:
     Args:
         buffer_cls: the buffer class to host, e.g. :class:`~mixreplay.OfflineToOnlineReplayBuffer`
             (or any importable factory returning a buffer).
-        *args, **kwargs: its arguments, passed to it inside the actor.
+        *args: its positional arguments, passed to it inside the actor.
+        **kwargs: its keyword arguments, likewise.
 
     Keyword Args:
         ray_options: options for the actor (``ray.remote(...).options(**ray_options)``):

@@ -50,6 +50,7 @@ _EXPORTS = {
     "prefill_replay_buffer": "mixreplay.prefill",
     "register_dataset": "mixreplay.datasets",
     "split_counts": "mixreplay.split",
+    "WriterEvictedError": "mixreplay.errors",
 }
 
 __all__ = [
@@ -80,6 +81,7 @@ __all__ = [
     "SliceSampler",
     "Storage",
     "TensorStorage",
+    "WriterEvictedError",
     "__version__",
     "list_prefixes",
     "load_dataset",
@@ -125,6 +127,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         PriorityError,
         ReadOnlyError,
         SchemaMismatchError,
+        WriterEvictedError,
     )
     from mixreplay.prefill import prefill_replay_buffer
     from mixreplay.samplers import RandomSampler, Sampler

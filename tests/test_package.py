@@ -45,6 +45,7 @@ def test_exported_members_are_sorted_and_pinned():
         "SliceSampler",
         "Storage",
         "TensorStorage",
+        "WriterEvictedError",
         "__version__",
         "list_prefixes",
         "load_dataset",

@@ -108,6 +108,9 @@ def sampler_state(sampler: Any) -> dict[str, Any]:
 
 def plan_sampler(sampler: Any, saved: Any, what: str) -> Plan:
     """Check a saved sampler (type, settings, state) against ``sampler``; return the loader."""
+    from mixreplay.samplers.without_replacement import upgrade_saved_sampler
+
+    saved = upgrade_saved_sampler(saved)  # entries an earlier mixreplay wrote
     if not isinstance(saved, dict):
         raise CheckpointError(f"{what}: the checkpoint holds no sampler state")
     kind = _sampler_type(sampler)

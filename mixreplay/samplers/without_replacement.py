@@ -31,6 +31,10 @@ class SamplerWithoutReplacement(Sampler):
             as a short batch.
         shuffle: permute the rows (default), or hand them out in slot order.
 
+    Keyword Args:
+        replacement: TorchRL's dispatch keyword: ``False`` (this sampler) is
+            accepted; ``RandomSampler(replacement=False)`` builds this sampler.
+
     A mixing buffer needs exactly its share of rows: there a short chunk is
     completed from the next permutation.
 
@@ -48,7 +52,13 @@ class SamplerWithoutReplacement(Sampler):
     #: rows within one draw are distinct: a mixing buffer refuses to ask for more than are held
     replacement = False
 
-    def __init__(self, drop_last: bool = False, shuffle: bool = True):
+    def __init__(self, drop_last: bool = False, shuffle: bool = True, *, replacement: bool = False):
+        if replacement is not False:
+            raise TypeError(
+                f"SamplerWithoutReplacement(replacement={replacement!r}): it always draws "
+                "without replacement (replacement=False); for draws with replacement use "
+                "RandomSampler()"
+            )
         for name, value in (("drop_last", drop_last), ("shuffle", shuffle)):
             if not isinstance(value, bool):
                 raise TypeError(
@@ -145,3 +155,36 @@ class SamplerWithoutReplacement(Sampler):
         self._order = order.clone() if started else None
         self._pos, self._len, self.ran_out = pos, length, bool(state.get("ran_out", False))
         self._generation = None  # the order describes the storage as restored with it
+
+
+#: what a mixreplay before epochs saved for ``RandomSampler(replacement=False)``
+_LEGACY_TYPE = "mixreplay.samplers.RandomSampler"
+
+
+def upgrade_saved_sampler(saved: Any) -> Any:
+    """A sampler entry of a checkpoint, in today's terms (others pass through unchanged).
+
+    ``RandomSampler(replacement=False)`` once drew ``n`` distinct rows per batch and
+    kept no state; the same call now builds a :class:`SamplerWithoutReplacement`
+    (TorchRL's meaning). Its saved entry loads as that sampler at the start of a
+    fresh epoch.
+    """
+    if (
+        isinstance(saved, dict)
+        and saved.get("type") == _LEGACY_TYPE
+        and isinstance(saved.get("config"), dict)
+        and saved["config"] == {"replacement": False}
+    ):
+        kind = SamplerWithoutReplacement
+        return {
+            "type": f"{kind.__module__}.{kind.__qualname__}",
+            "config": {"drop_last": False, "shuffle": True},
+            "state": {
+                "order": torch.empty(0, dtype=torch.int64),
+                "pos": 0,
+                "len": 0,
+                "ran_out": False,
+                "started": False,
+            },
+        }
+    return saved

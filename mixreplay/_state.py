@@ -108,7 +108,7 @@ def sampler_state(sampler: Any) -> dict[str, Any]:
 
 def plan_sampler(sampler: Any, saved: Any, what: str) -> Plan:
     """Check a saved sampler (type, settings, state) against ``sampler``; return the loader."""
-    from mixreplay.samplers.without_replacement import upgrade_saved_sampler
+    from mixreplay.samplers.base import upgrade_saved_sampler
 
     saved = upgrade_saved_sampler(saved)  # entries an earlier mixreplay wrote
     if not isinstance(saved, dict):

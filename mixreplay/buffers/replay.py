@@ -271,8 +271,15 @@ class ReplayBuffer(BufferBase):
         """Exactly ``n`` row indices (caller holds the storage lock).
 
         A sampler that ends an epoch with a short chunk
-        (:class:`~mixreplay.SamplerWithoutReplacement`) is asked again for the rest.
+        (:class:`~mixreplay.SamplerWithoutReplacement`) is asked again for the rest; one
+        that returns rows of its own number (``variable_length``) is refused.
         """
+        if self._sampler.variable_length:
+            raise ValueError(
+                f"{self._sampler!r} returns slices of varying length, so it cannot give a "
+                f"mixing buffer its exact share of {n} rows; use pad_output=True (whole slices, "
+                "padded, with a mask) or strict_length=True without span"
+            )
         index = self._sampler.sample(self._storage, n, generator)
         while index.numel() < n:
             index = torch.cat(
@@ -291,6 +298,7 @@ class ReplayBuffer(BufferBase):
             index = self._sampler.sample(storage, n, self._generator)
             batch = storage.gather_unlocked(index)
             weight = self._sampler.weight(index, storage) if info else None
+            extra = self._sampler.info(index, storage) if info else None
         if self._transform:
             batch = self._transform(batch)
         if self._pin_memory:
@@ -298,7 +306,10 @@ class ReplayBuffer(BufferBase):
         if not info:
             return batch, None
         leaves = {"index": index} if weight is None else {"index": index, "weight": weight}
-        return batch, new_tensordict(leaves, torch.Size([index.numel()]))
+        out = new_tensordict(leaves, torch.Size([index.numel()]))
+        for key, value in (extra or {}).items():  # a sampler's own entries (TorchRL's slices)
+            out.set(key, value)
+        return batch, out
 
     def _next(self, batch_size: int | None, info: bool):
         """``(batch, info, ran_out)``: from the prefetch queue when it holds this size."""

@@ -9,7 +9,7 @@ import torch
 
 from mixreplay.storages.base import Storage
 
-__all__ = ["Sampler"]
+__all__ = ["Sampler", "upgrade_saved_sampler"]
 
 
 class Sampler:
@@ -121,6 +121,14 @@ class Sampler:
         """Importance weights of sampled rows, or ``None`` when sampling is uniform."""
         return None
 
+    def info(self, index: torch.Tensor, storage: Storage) -> dict[Any, torch.Tensor] | None:
+        """Extra per-row entries for ``sample(return_info=True)`` about the draw that just
+        returned ``index`` (called right after :meth:`sample`, under the same lock), or ``None``.
+
+        TorchRL's slice sampler puts ``("next", "truncated")`` and the like there.
+        """
+        return None
+
     def check_priority(
         self, index: torch.Tensor, priority: torch.Tensor, *, positions: torch.Tensor | None = None
     ) -> Any:
@@ -215,3 +223,36 @@ _TORCHRL_METHODS: dict[str, str] = {
 
 # Their public home: checkpoints name a sampler by module and class, and pickles find it there.
 Sampler.__module__ = "mixreplay.samplers"
+
+
+def upgrade_saved_sampler(saved: Any) -> Any:
+    """A sampler entry of a checkpoint written by an earlier mixreplay, in today's terms.
+
+    - ``RandomSampler(replacement=False)`` once drew ``n`` distinct rows per batch and
+      kept no state; the same call now builds a ``SamplerWithoutReplacement`` (TorchRL's
+      meaning): its entry loads as that sampler at the start of a fresh epoch.
+    - ``SliceSampler`` once drew every valid start equally likely; it now draws as
+      TorchRL does unless built with ``uniform_over="starts"``: an entry without that
+      setting says ``"starts"``, so resuming it with today's default is refused (the
+      sampling would silently change) and the error names the setting to pass.
+
+    Other entries pass through unchanged.
+    """
+    if not isinstance(saved, dict) or not isinstance(saved.get("config"), dict):
+        return saved
+    kind, config = saved.get("type"), saved["config"]
+    if kind == "mixreplay.samplers.RandomSampler" and config == {"replacement": False}:
+        return {
+            "type": "mixreplay.samplers.without_replacement.SamplerWithoutReplacement",
+            "config": {"drop_last": False, "shuffle": True},
+            "state": {
+                "order": torch.empty(0, dtype=torch.int64),
+                "pos": 0,
+                "len": 0,
+                "ran_out": False,
+                "started": False,
+            },
+        }
+    if kind == "mixreplay.samplers.slice.SliceSampler" and "uniform_over" not in config:
+        return {**saved, "config": {**config, "uniform_over": "starts"}}
+    return saved

@@ -155,36 +155,3 @@ class SamplerWithoutReplacement(Sampler):
         self._order = order.clone() if started else None
         self._pos, self._len, self.ran_out = pos, length, bool(state.get("ran_out", False))
         self._generation = None  # the order describes the storage as restored with it
-
-
-#: what a mixreplay before epochs saved for ``RandomSampler(replacement=False)``
-_LEGACY_TYPE = "mixreplay.samplers.RandomSampler"
-
-
-def upgrade_saved_sampler(saved: Any) -> Any:
-    """A sampler entry of a checkpoint, in today's terms (others pass through unchanged).
-
-    ``RandomSampler(replacement=False)`` once drew ``n`` distinct rows per batch and
-    kept no state; the same call now builds a :class:`SamplerWithoutReplacement`
-    (TorchRL's meaning). Its saved entry loads as that sampler at the start of a
-    fresh epoch.
-    """
-    if (
-        isinstance(saved, dict)
-        and saved.get("type") == _LEGACY_TYPE
-        and isinstance(saved.get("config"), dict)
-        and saved["config"] == {"replacement": False}
-    ):
-        kind = SamplerWithoutReplacement
-        return {
-            "type": f"{kind.__module__}.{kind.__qualname__}",
-            "config": {"drop_last": False, "shuffle": True},
-            "state": {
-                "order": torch.empty(0, dtype=torch.int64),
-                "pos": 0,
-                "len": 0,
-                "ran_out": False,
-                "started": False,
-            },
-        }
-    return saved

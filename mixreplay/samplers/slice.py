@@ -516,21 +516,35 @@ class SliceSampler(Sampler):
     ) -> torch.Tensor:
         """An episode uniformly (among those long enough), then a start uniformly in it."""
         index = self._index(storage, L)
-        first, lengths, short = index.episodes()
+        left, right = self.span
+        gdev, cap = generator.device, index.cap
+        if self.strict_length and not left and not right:  # whole slices: the hot path
+            first, starts_in = index.whole()
+            m = first.numel()
+            if m == 0:
+                raise EmptyBufferError(self._too_short_message(storage, L))
+            # one uniform number picks the episode (integer part) and the start in it (fraction)
+            u = torch.rand(k, generator=generator, dtype=torch.float64, device=gdev)
+            u = u.to(first.device).mul_(m)
+            pick = u.to(torch.int64)
+            rel = u.sub_(pick).mul_(starts_in.index_select(0, pick)).to(torch.int64)
+            t = (first.index_select(0, pick) + rel).unsqueeze(1) + index.steps
+            if size == cap:
+                t = t.remainder_(cap)
+            self._last = self._fixed(k, L, t.device)
+            return t.reshape(-1)
+        first, lengths = index.episodes()
         pool = index.pool(self.strict_length)
         if pool.numel() == 0:
             raise EmptyBufferError(self._too_short_message(storage, L))
-        gdev, device = generator.device, first.device
+        device = first.device
         pick = torch.randint(pool.numel(), (k,), generator=generator, device=gdev)
         episode = pool[pick.to(device)]
         length = lengths.index_select(0, episode)
-        left, right = self.span
-        whole = self.strict_length and not left and not right
-        seq = None if whole else torch.clamp(length, max=L)  # steps per slice
-        size_of = L if seq is None else seq
+        seq = torch.clamp(length, max=L)  # steps per slice
         # where a slice may start, relative to its episode's first step: [lo, hi)
         if not right:
-            hi = length - size_of + 1
+            hi = length - seq + 1
         elif right is True:
             hi = length  # at least one step (TorchRL's length + 1 can draw an empty slice)
         else:
@@ -538,29 +552,24 @@ class SliceSampler(Sampler):
         if not left:
             lo: Any = 0
         elif left is True:
-            lo = 1 - size_of
-        elif seq is None:
-            lo = -left
+            lo = 1 - seq
         else:
             lo = -torch.clamp(seq - 1, max=left)  # a slice keeps one step at least
-        if not whole:  # one start at least
-            hi = torch.maximum(hi, torch.as_tensor(lo, device=device) + 1)
+        hi = torch.maximum(hi, torch.as_tensor(lo, device=device) + 1)  # one start at least
         u = torch.rand(k, generator=generator, dtype=torch.float64, device=gdev).to(device)
         rel = (u * (hi - lo)).floor_().to(torch.int64) + lo
-        if seq is not None:
-            if left:
-                seq = torch.where(rel < 0, seq + rel, seq)
-                rel = rel.clamp(min=0)
-            if right:
-                seq = torch.minimum(seq, length - rel)
+        if left:
+            seq = torch.where(rel < 0, seq + rel, seq)
+            rel = rel.clamp(min=0)
+        if right:
+            seq = torch.minimum(seq, length - rel)
         starts = first.index_select(0, episode) + rel
-        cap = index.cap
-        if seq is None or bool((seq == L).all()):
+        if bool((seq == L).all()):
             t = starts.unsqueeze(1) + index.steps
             if size == cap:
                 t = t.remainder_(cap)
             self._last = self._fixed(k, L, t.device)
-            if self.pad_output and short:  # TorchRL writes the mask whenever it may pad
+            if self.pad_output and index.has_short():  # TorchRL writes the mask whenever it may pad
                 self._last = self._last._replace(
                     mask=torch.ones(k * L, dtype=torch.bool, device=t.device)
                 )
@@ -677,9 +686,13 @@ class _SliceIndex:
         self.keys: tuple[Key, ...] = ()
         self.steps = torch.arange(L)
         self._slots: torch.Tensor | None = None  # valid starts, cached until the next change
-        # (first slot, length, any shorter than L) of every episode, cached until the next change
-        self._episodes: tuple[torch.Tensor, torch.Tensor, bool] | None = None
+        # the slot where each episode ends, oldest first: kept up to date by writes once built
+        self._ends: torch.Tensor | None = None
+        # (first slot, length) of every episode, cached until the next change, and derived views
+        self._episodes: tuple[torch.Tensor, torch.Tensor] | None = None
         self._pools: dict[bool, torch.Tensor] = {}  # strict -> the episodes a slice may use
+        self._whole: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._short: bool | None = None
 
     # -- following the storage -------------------------------------------------------------
 
@@ -731,11 +744,12 @@ class _SliceIndex:
             else:
                 self.ok[:n] = True  # a slice of one step may start at any row
         self.count = int(self.ok.sum())
+        self._ends = None
         self._changed()
         self._seen(storage)
 
     def _changed(self) -> None:
-        self._slots = self._episodes = None
+        self._slots = self._episodes = self._whole = self._short = None
         self._pools = {}
 
     def _extend(self, storage: Storage, k: int) -> None:
@@ -769,8 +783,29 @@ class _SliceIndex:
             before += int(part.sum())
             self.ok[a:b] = part
         self.count += before
+        if self._ends is not None:
+            self._extend_ends(k)
         self._changed()
         self._seen(storage)
+
+    def _extend_ends(self, k: int) -> None:
+        """Follow ``k`` rows written at the cursor in the list of episode ends (``O(episodes +
+        k)``): the ends among overwritten rows (the oldest) leave from the front, the previous
+        newest row's and the new rows' ends are appended at the back."""
+        ends = self._ends
+        assert ends is not None
+        cap, c0, n = self.cap, self.cursor, self.n
+        ends = ends[:-1] if n else ends  # the previous newest row: an end only while newest
+        over = n + k - cap  # rows overwritten, the oldest
+        if over > 0 and ends.numel():
+            oldest = c0 if n == cap else 0
+            gone = int(
+                (((ends - oldest) % cap) < over).sum()
+            )  # a prefix: the list is in time order
+            ends = ends[gone:]
+        first = c0 - 1 if n else c0
+        region = torch.arange(first, c0 + k, device=ends.device) % cap
+        self._ends = torch.cat([ends, region[self.cut.index_select(0, region)]])
 
     def _flags(self, storage: Storage, a: int, b: int) -> torch.Tensor:
         """The end flags of slots ``a .. b - 1``, OR-ed over the end keys."""
@@ -800,25 +835,56 @@ class _SliceIndex:
             self._slots = self.ok.nonzero().reshape(-1)
         return self._slots
 
-    def episodes(self) -> tuple[torch.Tensor, torch.Tensor, bool]:
-        """``(first slot, length)`` of every episode held, oldest first, and whether any is
-        shorter than ``L`` (``O(len)`` once per change of the rows)."""
+    def episodes(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(first slot, length)`` of every episode held, oldest first (``O(episodes)`` per
+        change of the rows once the list of ends exists; ``O(len)`` to build it)."""
         if self._episodes is None:
-            n, cap = self.n, self.cap
-            oldest = self.cursor % cap if n == cap else 0
-            cut = self.cut[:n] if n < cap else torch.roll(self.cut, -oldest)
-            ends = cut.nonzero().reshape(-1)  # in time order; the newest row always ends one
+            cap, oldest = self.cap, self._oldest()
+            ends = self._time_ends()
             begins = torch.cat([ends.new_zeros(1), ends[:-1] + 1])
             lengths = ends - begins + 1
             first = (begins + oldest) % cap if oldest else begins
-            self._episodes = (first, lengths, bool((lengths < self.L).any()))
+            self._episodes = (first, lengths)
         return self._episodes
+
+    def has_short(self) -> bool:
+        """Whether an episode held is shorter than ``L``."""
+        if self._short is None:
+            self._short = bool((self.episodes()[1] < self.L).any())
+        return self._short
+
+    def whole(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(first slot, number of starts)`` (float64) of each episode at least ``L`` long."""
+        if self._whole is None:  # straight from the ends: few ops, as after every write
+            ends, oldest, cap = self._time_ends(), self._oldest(), self.cap
+            lengths = ends.diff(prepend=ends.new_full((1,), -1))
+            keep = (lengths >= self.L).nonzero().reshape(-1)
+            last, length = ends.index_select(0, keep), lengths.index_select(0, keep)
+            first = last - length + 1
+            if oldest:
+                first = first.add_(oldest).remainder_(cap)
+            self._whole = (first, length.sub_(self.L - 1).to(torch.float64))
+        return self._whole
+
+    def _oldest(self) -> int:
+        return self.cursor % self.cap if self.n == self.cap else 0
+
+    def _time_ends(self) -> torch.Tensor:
+        """The time position (0: the oldest row) of each episode's last row, ascending."""
+        oldest = self._oldest()
+        if self._ends is None:
+            n, cap = self.n, self.cap
+            cut = self.cut[:n] if n < cap else torch.roll(self.cut, -oldest)
+            ends = cut.nonzero().reshape(-1)  # the newest row always ends one
+            self._ends = (ends + oldest) % self.cap if oldest else ends
+            return ends
+        return (self._ends - oldest) % self.cap if oldest else self._ends
 
     def pool(self, strict: bool) -> torch.Tensor:
         """The episodes a slice may come from: those at least ``L`` long, or all of them."""
         pool = self._pools.get(strict)
         if pool is None:
-            _, lengths, _ = self.episodes()
+            _, lengths = self.episodes()
             pool = (
                 (lengths >= self.L).nonzero().reshape(-1)
                 if strict

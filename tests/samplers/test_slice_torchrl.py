@@ -361,3 +361,53 @@ def test_a_checkpoint_of_the_former_slice_sampler_names_the_setting_that_resumes
     resumed = buffer([1], SliceSampler(4, uniform_over="starts"), capacity=30)
     resumed.load_state_dict(state)
     assert math.isfinite(float(resumed.sample(8)["t"].float().mean()))
+
+
+@st.composite
+def write_histories(draw):
+    lengths = draw(st.lists(st.integers(1, 9), min_size=1, max_size=14))
+    total = sum(lengths)
+    capacity = draw(st.integers(1, 30))
+    cuts = sorted(draw(st.lists(st.integers(1, max(1, total - 1)), max_size=8, unique=True)))
+    chunks = [b - a for a, b in zip([0, *cuts], [*cuts, total], strict=True) if b > a]
+    L = draw(st.integers(1, 4))
+    by_ids = draw(st.booleans())
+    return lengths, capacity, chunks, L, by_ids
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=write_histories(), seed=st.integers(0, 2**16))
+def test_the_episode_list_follows_every_write(case, seed):
+    """The list of episodes kept up to date write by write equals one built from the rows."""
+    lengths, capacity, chunks, L, by_ids = case
+    rows = episodes(lengths, done=True)
+    sampler = (
+        SliceSampler(L, traj_key="episode") if by_ids else SliceSampler(L, end_key=("next", "done"))
+    )
+    storage = LazyTensorStorage(capacity)
+    g = torch.Generator().manual_seed(seed)
+    pos = 0
+    for k in chunks:
+        sampler.on_extend(storage.extend(rows[pos : pos + k]), storage)
+        pos += k
+        index = sampler._index(storage, L)
+        first, length = index.episodes()
+        # brute force: rows in time order, an episode ends at a done flag (or the newest row)
+        n = len(storage)
+        oldest = storage.cursor % capacity if n == capacity else 0
+        slots = [(oldest + i) % capacity for i in range(n)]
+        t = storage.column("t").tolist()
+        expected, start = [], 0
+        for i, slot in enumerate(slots):
+            last = i == n - 1
+            ends = (
+                rows["next", "done"][t[slot]].item()
+                if not by_ids
+                else (last or rows["episode"][t[slot]] != rows["episode"][t[slots[i + 1]]])
+            )
+            if ends or last:
+                expected.append((slots[start], i - start + 1))
+                start = i + 1
+        assert list(zip(first.tolist(), length.tolist(), strict=True)) == expected
+        if max(length.tolist()) >= L:
+            sampler.sample(storage, 2 * L, g)  # the draw reads the same list

@@ -305,7 +305,9 @@ class ReplayBuffer(BufferBase):
             batch = pin(batch)
         if not info:
             return batch, None
-        leaves = {"index": index} if weight is None else {"index": index, "weight": weight}
+        leaves = {"index": index}
+        if weight is not None:  # "priority_weight": TorchRL's name for the same weights
+            leaves.update(weight=weight, priority_weight=weight)
         out = new_tensordict(leaves, torch.Size([index.numel()]))
         for key, value in (extra or {}).items():  # a sampler's own entries (TorchRL's slices)
             out.set(key, value)
@@ -331,7 +333,9 @@ class ReplayBuffer(BufferBase):
         """Draw a ``[batch_size]`` batch (new memory; writing to it changes nothing stored).
 
         With ``return_info=True`` returns ``(batch, info)``, ``info`` holding
-        ``"index"`` (slots sampled) and ``"weight"`` when the sampler has weights.
+        ``"index"`` (slots sampled), ``"weight"`` (and TorchRL's name for it,
+        ``"priority_weight"``) when the sampler has weights, and a sampler's own
+        entries (TorchRL's slice entries, see :class:`~mixreplay.SliceSampler`).
         With ``prefetch``, the batch comes from the prefetch thread (see :mod:`mixreplay.prefetch`).
         """
         batch, info, _ = self._next(batch_size, return_info)

@@ -745,12 +745,13 @@ class PrioritizedSampler(Sampler):
 
 
 def _alpha(value: Any) -> float:
-    return check_real(
-        value,
-        "PrioritizedSampler alpha",
-        min=0.0,
-        hint="0 samples uniformly, 1 in proportion to priority",
-    )
+    out = check_real(value, "PrioritizedSampler alpha")
+    if out < 0:  # TorchRL's wording
+        raise ValueError(
+            f"PrioritizedSampler alpha must be greater or equal than 0, got alpha={out!r} "
+            "(0 samples uniformly, 1 in proportion to priority)"
+        )
+    return out
 
 
 def _raw_of(p: Any, alpha: Any, eps: Any) -> float | None:

@@ -354,8 +354,12 @@ def test_config_repr_equality_pickle():
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"alpha": -0.1}, ValueError, r"alpha must be a finite number >= 0, got -0.1"),
-        ({"alpha": float("nan")}, ValueError, r"alpha must be a finite number >= 0, got nan"),
+        (
+            {"alpha": -0.1},
+            ValueError,
+            r"alpha must be greater or equal than 0, got alpha=-0.1 \(0 samples uniformly",
+        ),
+        ({"alpha": float("nan")}, ValueError, r"alpha must be a finite number, got nan"),
         ({"beta": -1}, ValueError, r"beta must be a finite number >= 0, got -1.0"),
         ({"beta": float("inf")}, ValueError, r"beta must be a finite number >= 0, got inf"),
         ({"eps": 0.0}, ValueError, r"eps must be a finite number > 0, got 0.0"),
@@ -838,7 +842,8 @@ def test_an_alpha_that_would_overflow_the_tree_is_refused_and_changes_nothing():
     assert sampler.alpha == 1.0
     assert_state_equal(before, sampler.state_dict())
     with pytest.raises(
-        ValueError, match=r"PrioritizedSampler alpha must be a finite number >= 0, got -1.0"
+        ValueError,
+        match=r"PrioritizedSampler alpha must be greater or equal than 0, got alpha=-1.0",
     ):
         sampler.alpha = -1.0
 
@@ -945,3 +950,14 @@ def test_torchrls_parameter_schedulers_refuse_a_mixreplay_buffer():
     rb = ReplayBuffer(storage=LazyTensorStorage(4), sampler=PrioritizedSampler(alpha=0.8))
     with pytest.raises(TypeError, match=r"ParameterScheduler only supports Sampler class"):
         LinearScheduler(rb, param_name="alpha", final_value=0.2, num_steps=10)
+
+
+def test_the_info_holds_the_weights_under_torchrls_name_too():
+    rb = prioritized_buffer()
+    _, info = rb.sample(6, return_info=True)
+    assert info["priority_weight"] is info["weight"] or torch.equal(
+        info["priority_weight"], info["weight"]
+    )
+    plain = ReplayBuffer(storage=LazyTensorStorage(4), generator=0)
+    plain.extend(rows(4))
+    assert set(plain.sample(2, return_info=True)[1].keys()) == {"index"}

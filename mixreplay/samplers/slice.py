@@ -175,11 +175,11 @@ class SliceSampler(Sampler):
         >>> from mixreplay.samplers import SliceSampler
         >>> episode = torch.tensor([0, 0, 0, 1, 1, 1, 1, 2, 2, 2])
         >>> rows = TensorDict({"t": torch.arange(10), "episode": episode}, [10])
-        >>> rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=SliceSampler(3), generator=0)
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=SliceSampler(3), generator=5)
         >>> _ = rb.extend(rows)
         >>> batch, info = rb.sample(6, return_info=True)
         >>> batch["t"].view(2, 3).tolist()  # two slices, each inside one episode
-        [[7, 8, 9], [0, 1, 2]]
+        [[4, 5, 6], [0, 1, 2]]
         >>> info["next", "truncated"].view(2, 3).tolist()
         [[False, False, True], [False, False, True]]
         >>> rb.sampler.traj_key  # found by itself, as TorchRL does

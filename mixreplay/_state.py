@@ -117,6 +117,9 @@ def _saved_dict(value: Any, what: str) -> dict[str, Any]:
 
 def plan_sampler(sampler: Any, saved: Any, what: str) -> Plan:
     """Check a saved sampler (type, settings, state) against ``sampler``; return the loader."""
+    from mixreplay.samplers.base import upgrade_saved_sampler
+
+    saved = upgrade_saved_sampler(saved)  # entries an earlier mixreplay wrote
     if not isinstance(saved, dict):
         raise CheckpointError(f"{what}: the checkpoint holds no sampler state")
     kind = _sampler_type(sampler)

@@ -25,6 +25,7 @@ from mixreplay import (
     OfflineToOnlineReplayBuffer,
     RandomSampler,
     ReplayBuffer,
+    SamplerWithoutReplacement,
     SchemaMismatchError,
 )
 from mixreplay.datasets.memmap import write_memmap_dataset
@@ -432,16 +433,26 @@ def test_sampling_with_no_rows_anywhere():
 
 def test_more_rows_than_held_without_replacement():
     rb = ReplayBuffer(
-        storage=LazyTensorStorage(10), sampler=RandomSampler(replacement=False), generator=0
+        storage=LazyTensorStorage(10),
+        sampler=SamplerWithoutReplacement(drop_last=True),
+        generator=0,
     )
     rb.extend(ted_rows(5))
     refused_unchanged(
         rb,
         lambda rb: rb.sample(6),
         ValueError,
-        r"cannot draw 6 distinct rows without replacement from a source holding 5; ask for at most 5 rows, or use RandomSampler\(replacement=True\)",
+        r"batch_size 6 is larger than the 5 rows held, so with drop_last=True no batch could be "
+        r"returned without repeating rows; ask for at most 5 rows, or use "
+        r"SamplerWithoutReplacement\(drop_last=False\)",
     )
     assert sorted(rb.sample(5)["next", "reward"].squeeze(-1).tolist()) == [0.0, 1.0, 2.0, 3.0, 4.0]
+    # without drop_last, TorchRL's meaning: the epoch's rows, a short batch
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(10), sampler=RandomSampler(replacement=False), generator=0
+    )
+    rb.extend(ted_rows(5))
+    assert sorted(rb.sample(6)["next", "reward"].squeeze(-1).tolist()) == [0.0, 1.0, 2.0, 3.0, 4.0]
 
 
 def test_mixed_batch_asking_a_source_for_more_distinct_rows_than_it_holds():

@@ -538,7 +538,9 @@ MISFITS = {
             generator=5,
         ),
         None,
-        r"sampler's settings differ \(replacement: saved None, buffer False\)",
+        r"saved with a mixreplay.samplers.RandomSampler, this buffer samples with a "
+        r"mixreplay.samplers.without_replacement.SamplerWithoutReplacement; build the buffer "
+        r"with the same sampler",
     ),
     "another schema in the buffer": (
         lambda: ReplayBuffer(storage=LazyTensorStorage(10), generator=3),

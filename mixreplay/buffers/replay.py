@@ -271,8 +271,15 @@ class ReplayBuffer(BufferBase):
         """Exactly ``n`` row indices (caller holds the storage lock).
 
         A sampler that ends an epoch with a short chunk
-        (:class:`~mixreplay.SamplerWithoutReplacement`) is asked again for the rest.
+        (:class:`~mixreplay.SamplerWithoutReplacement`) is asked again for the rest; one
+        that returns rows of its own number (``variable_length``) is refused.
         """
+        if self._sampler.variable_length:
+            raise ValueError(
+                f"{self._sampler!r} returns slices of varying length, so it cannot give a "
+                f"mixing buffer its exact share of {n} rows; use pad_output=True (whole slices, "
+                "padded, with a mask) or strict_length=True without span"
+            )
         index = self._sampler.sample(self._storage, n, generator)
         while index.numel() < n:
             index = torch.cat(
@@ -291,14 +298,20 @@ class ReplayBuffer(BufferBase):
             index = self._sampler.sample(storage, n, self._generator)
             batch = storage.gather_unlocked(index)
             weight = self._sampler.weight(index, storage) if info else None
+            extra = self._sampler.info(index, storage) if info else None
         if self._transform:
             batch = self._transform(batch)
         if self._pin_memory:
             batch = pin(batch)
         if not info:
             return batch, None
-        leaves = {"index": index} if weight is None else {"index": index, "weight": weight}
-        return batch, new_tensordict(leaves, torch.Size([index.numel()]))
+        leaves = {"index": index}
+        if weight is not None:  # "priority_weight": TorchRL's name for the same weights
+            leaves.update(weight=weight, priority_weight=weight)
+        out = new_tensordict(leaves, torch.Size([index.numel()]))
+        for key, value in (extra or {}).items():  # a sampler's own entries (TorchRL's slices)
+            out.set(key, value)
+        return batch, out
 
     def _next(self, batch_size: int | None, info: bool):
         """``(batch, info, ran_out)``: from the prefetch queue when it holds this size."""
@@ -320,7 +333,9 @@ class ReplayBuffer(BufferBase):
         """Draw a ``[batch_size]`` batch (new memory; writing to it changes nothing stored).
 
         With ``return_info=True`` returns ``(batch, info)``, ``info`` holding
-        ``"index"`` (slots sampled) and ``"weight"`` when the sampler has weights.
+        ``"index"`` (slots sampled), ``"weight"`` (and TorchRL's name for it,
+        ``"priority_weight"``) when the sampler has weights, and a sampler's own
+        entries (TorchRL's slice entries, see :class:`~mixreplay.SliceSampler`).
         With ``prefetch``, the batch comes from the prefetch thread (see :mod:`mixreplay.prefetch`).
         """
         batch, info, _ = self._next(batch_size, return_info)

@@ -31,6 +31,10 @@ class SamplerWithoutReplacement(Sampler):
             as a short batch.
         shuffle: permute the rows (default), or hand them out in slot order.
 
+    Keyword Args:
+        replacement: TorchRL's dispatch keyword: ``False`` (this sampler) is
+            accepted; ``RandomSampler(replacement=False)`` builds this sampler.
+
     A mixing buffer needs exactly its share of rows: there a short chunk is
     completed from the next permutation.
 
@@ -48,7 +52,13 @@ class SamplerWithoutReplacement(Sampler):
     #: rows within one draw are distinct: a mixing buffer refuses to ask for more than are held
     replacement = False
 
-    def __init__(self, drop_last: bool = False, shuffle: bool = True):
+    def __init__(self, drop_last: bool = False, shuffle: bool = True, *, replacement: bool = False):
+        if replacement is not False:
+            raise TypeError(
+                f"SamplerWithoutReplacement(replacement={replacement!r}): it always draws "
+                "without replacement (replacement=False); for draws with replacement use "
+                "RandomSampler()"
+            )
         for name, value in (("drop_last", drop_last), ("shuffle", shuffle)):
             if not isinstance(value, bool):
                 raise TypeError(

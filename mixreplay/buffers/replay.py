@@ -11,21 +11,42 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from mixreplay import data_types
 from mixreplay._state import Plan, generator_state, plan_generator, plan_sampler, sampler_state
 from mixreplay._torchrl_args import UNSUPPORTED_METHODS, check_unsupported, unsupported_method
-from mixreplay._validate import check_int, describe
+from mixreplay._validate import check_bool, check_callable, check_int, describe
 from mixreplay.buffers.base import BufferBase
 from mixreplay.errors import CheckpointError, EmptyBufferError
 from mixreplay.layout import new_tensordict
 from mixreplay.prefetch import Prefetcher, check_pin_memory, check_prefetch, pin
 from mixreplay.samplers import RandomSampler, Sampler
-from mixreplay.storages.base import Storage, check_row
-from mixreplay.storages.foreign import adapt_storage
-from mixreplay.transforms import Compose, Transform
+from mixreplay.storages.base import Storage
+from mixreplay.storages.foreign import adapt_storage, looks_like_storage
+from mixreplay.storages.ring import LazyTensorStorage
+from mixreplay.transforms import Compose, Inverted, Transform
 
-__all__ = ["ReplayBuffer", "check_batch_size", "make_generator"]
+__all__ = ["DEFAULT_CAPACITY", "ReplayBuffer", "check_batch_size", "make_generator"]
 
 log = logging.getLogger(__name__)
+
+#: the storage of ``ReplayBuffer()`` without one: ``LazyTensorStorage(1000)`` (TorchRL's
+#: default holds 1,000 items too)
+DEFAULT_CAPACITY = 1000
+
+_NOTHING_WRITTEN = torch.zeros((0, 1), dtype=torch.long)
+
+# TorchRL's words first: code written against TorchRL matches on them
+EMPTY_MESSAGE = "Cannot sample from an empty storage: extend the buffer with rows first"
+
+
+def _no_rows(data: Any) -> bool:
+    """Whether write-side transforms left nothing to write (``None`` or zero rows)."""
+    if data is None:
+        return True
+    shape = getattr(data, "batch_size", None)
+    if shape is None and isinstance(data, torch.Tensor):
+        shape = data.shape
+    return shape is not None and len(shape) > 0 and shape[0] == 0
 
 
 def make_generator(generator: torch.Generator | int | None) -> torch.Generator:
@@ -112,7 +133,7 @@ class ReplayBuffer(BufferBase):
     def __init__(
         self,
         *,
-        storage: Any,
+        storage: Any = None,
         sampler: Sampler | None = None,
         batch_size: int | None = None,
         generator: torch.Generator | int | None = None,
@@ -120,9 +141,23 @@ class ReplayBuffer(BufferBase):
         transform_factory: Callable[[], Transform] | None = None,
         prefetch: int | None = None,
         pin_memory: bool = False,
+        collate_fn: Callable[[Any], Any] | None = None,
         **torchrl_kwargs: Any,
     ):
         check_unsupported(type(self).__name__, torchrl_kwargs)
+        if collate_fn is not None:
+            check_callable(collate_fn, "collate_fn", hint="pass a function batch -> batch")
+        self._collate_fn = collate_fn
+        if storage is None:
+            storage = LazyTensorStorage(DEFAULT_CAPACITY)
+        elif (
+            not isinstance(storage, Storage)
+            and not looks_like_storage(storage)
+            and callable(storage)
+        ):
+            storage = storage()  # TorchRL also takes a storage factory
+        if sampler is not None and not isinstance(sampler, Sampler) and callable(sampler):
+            sampler = sampler()
         if transform_factory is not None:
             if transform is not None:
                 raise TypeError("transform and transform_factory are exclusive: pass one of them")
@@ -196,6 +231,21 @@ class ReplayBuffer(BufferBase):
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
+    def initialized(self) -> bool:
+        """Always ``True``: a mixreplay buffer is ready once built (TorchRL's ``initialized``)."""
+        return True
+
+    @property
+    def _rng(self) -> torch.Generator:
+        # TorchRL's name for the buffer's generator (its own tests set its state through it)
+        return self._generator
+
+    @property
+    def collate_fn(self) -> Callable[[Any], Any] | None:
+        """Applied to every batch as stored, before the transforms (TorchRL's ``collate_fn``)."""
+        return self._collate_fn
+
+    @property
     def dim_extend(self) -> int:
         """TorchRL's extension dimension: always 0 (rows are extended along dim 0)."""
         return 0
@@ -233,22 +283,56 @@ class ReplayBuffer(BufferBase):
 
     # -- writing ---------------------------------------------------------------------------
 
-    def extend(self, data: TensorDictBase) -> torch.Tensor:
-        """Write the rows of ``data`` (batch ``[n]``); return the slots written."""
+    def extend(self, data: Any) -> torch.Tensor:
+        """Write the rows of ``data``; return the slots written.
+
+        ``data`` is a TensorDict ``[n]`` (or ``[n, ...]``), a tensorclass, a tensor, a
+        pytree of tensors, or a list of items (see :mod:`mixreplay.data_types`); the
+        first write fixes the type every later one must have. Write-side transforms run
+        first (see :mod:`mixreplay.transforms`); when they keep nothing, nothing is
+        written and the slots are empty.
+        """
+        if self._transform.writes:
+            data = self._transform.inv(data)
+            if _no_rows(data):
+                return _NOTHING_WRITTEN.clone()
+        return self._write(data)
+
+    def add(self, data: Any) -> Any:
+        """Write one row (a TensorDict ``[]``, a tensor, a pytree, a tensorclass); return its slot."""
+        if self._transform.writes:
+            # as TorchRL: a tensor collection goes through the write sides as a batch of one
+            collection = data_types.is_collection(data)
+            data = self._transform.inv(data_types.one_row(data) if collection else data)
+            if _no_rows(data):
+                return _NOTHING_WRITTEN.clone()
+            return int(self._write(data if collection else data_types.one_row(data))[0])
+        return int(self._write(data_types.one_row(data))[0])
+
+    def _write(self, data: Any) -> torch.Tensor:
         self._before_write()
         storage = self._storage
-        # One lock around the write and the sampler's bookkeeping: a concurrent sample or
-        # priority update never sees rows its sampler has not been told about.
-        with storage.lock:
-            index = storage.extend(data)
-            self._sampler.on_extend(index, storage)
+        codec = storage.codec
+        convert = codec is not None or not isinstance(data, TensorDictBase) or data.batch_dims != 1
+        try:
+            if convert:
+                rows, codec = data_types.to_rows(data, codec, storage.schema is None)
+            else:
+                rows = data
+            # One lock around the write and the sampler's bookkeeping: a concurrent sample or
+            # priority update never sees rows its sampler has not been told about.
+            with storage.lock:
+                index = storage.extend(rows)
+                if convert:
+                    storage.codec = codec
+                self._sampler.on_extend(index, storage)
+        except RuntimeError as err:
+            clear = data_types.explain_write_error(data, err)
+            if clear is None:
+                raise
+            raise clear from err
         self._after_write()
         return index
-
-    def add(self, row: TensorDictBase) -> int:
-        """Write one row (batch ``[]``); return its slot."""
-        check_row(row)
-        return int(self.extend(row.unsqueeze(0))[0])
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -264,7 +348,7 @@ class ReplayBuffer(BufferBase):
     def draw(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Row indices of a batch of ``n``, drawn by this buffer's sampler with ``generator``."""
         if len(self._storage) == 0:
-            raise EmptyBufferError("cannot sample from an empty buffer: extend it with rows first")
+            raise EmptyBufferError(EMPTY_MESSAGE)
         return self.draw_unlocked(n, generator)
 
     def draw_unlocked(self, n: int, generator: torch.Generator) -> torch.Tensor:
@@ -285,12 +369,15 @@ class ReplayBuffer(BufferBase):
         storage = self._storage
         with storage.lock:
             if len(storage) == 0:
-                raise EmptyBufferError(
-                    "cannot sample from an empty buffer: extend it with rows first"
-                )
+                raise EmptyBufferError(EMPTY_MESSAGE)
             index = self._sampler.sample(storage, n, self._generator)
             batch = storage.gather_unlocked(index)
             weight = self._sampler.weight(index, storage) if info else None
+            codec = storage.codec
+        if codec is not None:
+            batch = codec.decode(batch)
+        if self._collate_fn is not None:
+            batch = self._collate_fn(batch)
         if self._transform:
             batch = self._transform(batch)
         if self._pin_memory:
@@ -339,9 +426,47 @@ class ReplayBuffer(BufferBase):
             if ran_out:
                 return
 
-    def __getitem__(self, index) -> TensorDictBase:
-        """Rows by slot: ``rb[3]``, ``rb[:10]``, ``rb[tensor]``."""
-        return self._storage[index]
+    def __getitem__(self, index: Any) -> Any:
+        """Rows by slot, as ``sample`` gives them (TorchRL's ``rb[index]``).
+
+        ``rb[3]``, ``rb[:10]``, ``rb[tensor]``: rows of the stored type, through
+        ``collate_fn`` (all but an int index) and the transforms; ``rb["key"]`` is
+        ``rb[:]["key"]``.
+        """
+        if isinstance(index, str) or (
+            isinstance(index, tuple) and index and isinstance(index[0], str)
+        ):
+            return self[:][index]
+        if isinstance(index, tuple) and len(index) == 1:
+            index = index[0]
+        data = self._storage[index]
+        if self._collate_fn is not None and not isinstance(index, int):
+            data = self._collate_fn(data)
+        if self._transform:
+            data = self._transform(data)
+        return data
+
+    def append_transform(  # type: ignore[override]  # returns the buffer, as TorchRL's
+        self, transform: Transform, *, invert: bool = False
+    ) -> ReplayBuffer:
+        """Apply ``transform`` to sampled batches, after the transforms already attached.
+
+        A TorchRL ``Transform``'s inverse also runs on writes (``extend``/``add``; see
+        :mod:`mixreplay.transforms`). With ``invert=True`` it runs the other way round:
+        its forward pass on writes, its inverse (none for a plain function) on reads.
+        Returns the buffer, as TorchRL's does.
+        """
+        super().append_transform(Inverted(transform) if check_bool(invert, "invert") else transform)
+        return self
+
+    def insert_transform(  # type: ignore[override]  # returns the buffer, as TorchRL's
+        self, index: int, transform: Transform, *, invert: bool = False
+    ) -> ReplayBuffer:
+        """Insert ``transform`` at position ``index`` (see :meth:`append_transform`)."""
+        super().insert_transform(
+            index, Inverted(transform) if check_bool(invert, "invert") else transform
+        )
+        return self
 
     def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:
         """Set the priorities of rows ``index`` (needs a prioritized sampler)."""

@@ -39,6 +39,15 @@ _NOTHING_WRITTEN = torch.zeros((0, 1), dtype=torch.long)
 EMPTY_MESSAGE = "Cannot sample from an empty storage: extend the buffer with rows first"
 
 
+def _eval(transform: Any) -> None:
+    """Put a module transform (a TorchRL ``Transform``) in eval mode, as TorchRL's buffer does:
+    a transform with running statistics (``VecNorm``) does not update them on sampled data."""
+    if isinstance(transform, Inverted):
+        transform = transform.transform
+    if isinstance(transform, torch.nn.Module):
+        transform.eval()
+
+
 def _no_rows(data: Any) -> bool:
     """Whether write-side transforms left nothing to write (``None`` or zero rows)."""
     if data is None:
@@ -81,25 +90,35 @@ def check_batch_size(batch_size: Any, *, name: str = "batch_size") -> int:
 class ReplayBuffer(BufferBase):
     """Rows in a storage, drawn by a sampler with the buffer's own generator.
 
-    Args:
-        storage: a mixreplay storage (:class:`~mixreplay.LazyTensorStorage`,
-            :class:`~mixreplay.LazyMemmapStorage`, ...) or a TorchRL ``Storage``.
+    TorchRL's ``ReplayBuffer`` with the same arguments and meaning, for the data types
+    TorchRL's takes over a tensor storage: TensorDicts, tensorclasses, tensors, pytrees of
+    tensors and lists of items (see :mod:`mixreplay.data_types`); ``sample`` and ``rb[i]``
+    give back the type that was stored.
 
     Keyword Args:
-        sampler: which rows a batch draws; uniform with replacement by default.
+        storage: a mixreplay storage (:class:`~mixreplay.LazyTensorStorage`,
+            :class:`~mixreplay.LazyMemmapStorage`, ...), a TorchRL ``Storage``, or a
+            callable that builds one; ``LazyTensorStorage(1000)`` by default.
+        sampler: which rows a batch draws (or a callable that builds the sampler);
+            uniform with replacement by default.
         batch_size: default batch size of :meth:`sample`.
         generator: a ``torch.Generator`` (or an int seed) that all sampling draws from.
-        transform: applied to every sampled batch (a callable ``td -> td`` or a TorchRL
-            ``Transform``); more with :meth:`append_transform`. When this buffer is a
-            source of a mixing buffer, its transforms run on the rows it contributes.
+        transform: applied to every sampled batch (a callable or a TorchRL
+            ``Transform``, put in eval mode as TorchRL does); a TorchRL ``Transform``'s
+            inverse also runs on every write (see :mod:`mixreplay.transforms`). More with
+            :meth:`append_transform`. When this buffer is a source of a mixing buffer,
+            its transforms run on the rows it contributes.
         transform_factory: builds ``transform`` (TorchRL's spelling; exclusive with it).
         prefetch: batches a background thread keeps ready (needs ``batch_size``);
             see :mod:`mixreplay.prefetch` for what it guarantees.
         pin_memory: return batches in page-locked memory (needs CUDA), for fast
             ``batch.to("cuda", non_blocking=True)``.
-        **torchrl_kwargs: TorchRL's other arguments (``writer``, ``collate_fn``,
-            ``dim_extend``, ``shared``, ...) are accepted with TorchRL's default only;
-            any other value raises ``TypeError`` naming the argument and the mixreplay way.
+        collate_fn: applied to every batch as stored (and to ``rb[index]`` but for an int
+            index), before the transforms, as TorchRL does with a tensor storage.
+        **torchrl_kwargs: TorchRL's other arguments (``writer``, ``dim_extend``,
+            ``shared``, ``compilable``, ...) are accepted with TorchRL's default (a
+            ``RoundRobinWriter`` for ``writer``), which is what mixreplay does; any other
+            value raises ``TypeError`` naming the argument and the mixreplay way.
 
     Iterating (``for batch in rb``) yields sampled batches of ``batch_size``: without
     end for a sampler with replacement, one epoch for a
@@ -181,6 +200,8 @@ class ReplayBuffer(BufferBase):
         self._batch_size = None if batch_size is None else check_batch_size(batch_size)
         self._generator = make_generator(generator)
         self._transform = Compose.of(transform)
+        for t in self._transform:
+            _eval(t)
         self._prefetch = check_prefetch(prefetch, self._batch_size)
         self._pin_memory = check_pin_memory(pin_memory)
         self._prefetcher: Prefetcher | None = None  # started by the first sample()
@@ -456,6 +477,7 @@ class ReplayBuffer(BufferBase):
         its forward pass on writes, its inverse (none for a plain function) on reads.
         Returns the buffer, as TorchRL's does.
         """
+        _eval(transform)
         super().append_transform(Inverted(transform) if check_bool(invert, "invert") else transform)
         return self
 
@@ -463,6 +485,7 @@ class ReplayBuffer(BufferBase):
         self, index: int, transform: Transform, *, invert: bool = False
     ) -> ReplayBuffer:
         """Insert ``transform`` at position ``index`` (see :meth:`append_transform`)."""
+        _eval(transform)
         super().insert_transform(
             index, Inverted(transform) if check_bool(invert, "invert") else transform
         )

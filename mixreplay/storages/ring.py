@@ -313,6 +313,30 @@ class TensorStorage(PackedStorage):
                 words = self._pack(data, self._layout)
             return self._commit(words, n)
 
+    @property
+    def _storage(self) -> Any:
+        """Every slot (``max_size`` rows, filled or not) as the stored type (TorchRL's
+        ``storage._storage``): views of the packed rows, so writing to them writes the
+        storage. ``None`` before the first write."""
+        if self.dedup_next:  # its rows hold each next value once: no view of every slot
+            raise AttributeError(f"{type(self).__name__} has no _storage (dedup_next=True)")
+        layout, rows = self._layout, self._rows
+        if layout is None or rows is None:
+            return None
+        td = layout.unpack(rows, self.device)
+        return td if self.codec is None else self.codec.decode(td)
+
+    def _init(self, datum: Any) -> None:
+        """Allocate the rows for data shaped like ``datum`` (one row) without writing it
+        (TorchRL's ``storage._init``); a storage that holds rows is left as it is."""
+        with self.lock:
+            if self._layout is not None:
+                return
+            rows, codec = to_rows(one_row(datum), None, True)
+            layout = RowLayout(Schema.from_tensordict(rows))
+            self._rows, self._layout = self._allocate(layout), layout
+            self.codec = codec
+
     def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
         """Write ``data`` at slots ``cursor`` (TorchRL's ``Storage.set``).
 

@@ -87,8 +87,9 @@ def _differs(row: str, raises):
 
 
 DIFF_PRIVATE = _differs(
-    "TorchRL's private attributes (storage._storage, storage._init, "
-    "buffer._storage._storage, _sampler._sum_tree, ...) do not exist",
+    "TorchRL's private attributes other than storage._storage / storage._init / rb._rng "
+    "(writer._cursor, _sampler._sum_tree, the .filename of the memmap tensors in "
+    "storage._storage, ...) do not exist",
     AttributeError,
 )
 DIFF_INTERNALS = _differs(

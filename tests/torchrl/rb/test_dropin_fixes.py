@@ -188,3 +188,22 @@ def test_torchrl_attributes():
     rb = ReplayBuffer(storage=functools.partial(LazyTensorStorage, 5), sampler=RandomSampler)
     assert rb.initialized and rb._rng is rb.generator and rb.storage.max_size == 5
     assert isinstance(rb.sampler, RandomSampler)
+
+
+def test_transforms_are_put_in_eval_mode_as_in_torchrl():
+    at_init, appended, inserted = DoubleToFloat(), DoubleToFloat(), DoubleToFloat()
+    rb = ReplayBuffer(storage=LazyTensorStorage(4), transform=at_init)
+    rb.append_transform(appended, invert=True)
+    rb.insert_transform(0, inserted)
+    assert not any(t.training for t in (at_init, appended, inserted))
+
+
+def test_a_torchrl_storage_keeps_the_data_type_through_a_checkpoint(tmp_path):
+    from torchrl.data import LazyTensorStorage as TorchRLStorage
+
+    rb = ReplayBuffer(storage=TorchRLStorage(8), generator=0)
+    rb.extend({"a": torch.arange(4), "b": (torch.zeros(4, 2),)})
+    rb.dumps(tmp_path / "ckpt")
+    twin = ReplayBuffer(storage=TorchRLStorage(8), generator=0)
+    twin.loads(tmp_path / "ckpt")
+    assert twin[:]["a"].tolist() == [0, 1, 2, 3] and isinstance(twin[:]["b"], tuple)

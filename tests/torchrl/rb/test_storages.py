@@ -877,14 +877,12 @@ class TestLazyStorages:
         )
         return nested_td
 
-    @DIFF_PRIVATE
     def test_init(self, max_size, shape, storage):
         td = self._get_nested_td(shape)
         mystorage = storage(max_size=max_size)
         mystorage._init(td)
         assert mystorage._storage.shape == (max_size, *shape)
 
-    @DIFF_PRIVATE
     def test_set(self, max_size, shape, storage):
         td = self._get_nested_td(shape)
         mystorage = storage(max_size=max_size)
@@ -894,7 +892,6 @@ class TestLazyStorages:
         tc_sample = mystorage.get(idx)
         assert tc_sample.shape == torch.Size([td.shape[0] - 2, *td.shape[1:]])
 
-    @DIFF_PRIVATE
     def test_init_tensorclass(self, max_size, shape, storage):
         tc = self._get_nested_tensorclass(shape)
         mystorage = storage(max_size=max_size)
@@ -902,7 +899,6 @@ class TestLazyStorages:
         assert is_tensorclass(mystorage._storage)
         assert mystorage._storage.shape == (max_size, *shape)
 
-    @DIFF_PRIVATE
     def test_set_tensorclass(self, max_size, shape, storage):
         tc = self._get_nested_tensorclass(shape)
         mystorage = storage(max_size=max_size)
@@ -1513,7 +1509,6 @@ class TestLazyMemmapStorageCleanup:
         result = storage.cleanup()
         assert result is False
 
-    @DIFF_PRIVATE
     def test_cleanup_temp_dir(self):
         """Test cleanup when using default temp directory."""
         storage = LazyMemmapStorage(100, auto_cleanup=True)
@@ -1649,6 +1644,7 @@ print("Storage created")
         ), f"Directory {scratch_dir} should have been cleaned up"
 
     @REFERENCE_SUBPROCESS_SLOW
+    @UNCLOSED_PIPES
     def test_cleanup_signal_interrupt(self, tmpdir):
         """Test that cleanup happens on SIGINT (Ctrl+C)."""
         scratch_dir = str(tmpdir / "signal_storage")

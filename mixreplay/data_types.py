@@ -115,8 +115,7 @@ def _mismatch(codec: Codec | None, data: Any, detail: str = "") -> DataStructure
     else:
         fix = "write data of the same type and structure, or use another buffer for it"
     return DataStructureError(
-        f"this storage holds {held} (fixed by its first write), got {summarize(data)}{extra}; "
-        f"{fix}"
+        f"this storage holds {held} (fixed by its first write), got {summarize(data)}{extra}; {fix}"
     )
 
 

@@ -5,7 +5,7 @@ bool[1]) given as a TensorDict, a tensorclass, a pytree (nested dict of tensors)
 the bare-tensor case, one float tensor [n, 16]; each buffer over a 100,000-row
 ``LazyTensorStorage``. Timed alternately in one process, best of several rounds.
 
-    python benchmarks/bench_data_types.py [--rounds 7] [--capacity 100000]
+    python benchmarks/bench_data_types.py [--rounds 7] [--capacity 100000] [--number N]
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ def main(argv=None) -> dict:
     )
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--capacity", type=int, default=100_000)
+    p.add_argument("--number", type=int, default=None, help="calls per round (default: per op)")
     args = p.parse_args(argv)
 
     from torchrl.data import LazyTensorStorage as TLazy
@@ -96,8 +97,9 @@ def main(argv=None) -> dict:
         t.extend(fill[kind])
         ops = _ops(m, t, one[kind], thousand[kind])
         for op, (m_fn, t_fn, number) in ops.items():
+            number = args.number or number
             mu = best_of(m_fn, args.rounds, number)
-            tu = best_of(t_fn, args.rounds, max(200, number // 4))
+            tu = best_of(t_fn, args.rounds, max(min(number, 200), number // 4))
             print(f"{kind:<12}{op:<14}{mu:14.1f}{tu:12.1f}{tu / mu:9.1f}x")
             result[f"{kind} {op}"] = {"mixreplay_us": mu, "torchrl_us": tu, "speedup": tu / mu}
     return result

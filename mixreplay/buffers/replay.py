@@ -331,15 +331,16 @@ class ReplayBuffer(BufferBase):
         return int(self._write(data_types.one_row(data))[0])
 
     def _write(self, data: Any) -> torch.Tensor:
-        self._before_write()
         storage = self._storage
         codec = storage.codec
-        convert = codec is not None or not isinstance(data, TensorDictBase) or data.batch_dims != 1
+        # the fast path (TensorDict rows [n] into TensorDict rows) costs two cheap checks;
+        # everything else, TensorDict subclasses and lazy stacks included, is converted
+        convert = codec is not None or type(data) is not TensorDict or len(data.batch_size) != 1
         try:
-            if convert:
+            rows = data
+            if convert:  # not the fast path: data of another type than TensorDict rows [n]
                 rows, codec = data_types.to_rows(data, codec, storage.schema is None)
-            else:
-                rows = data
+            self._before_write()
             # One lock around the write and the sampler's bookkeeping: a concurrent sample or
             # priority update never sees rows its sampler has not been told about.
             with storage.lock:

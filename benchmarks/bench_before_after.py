@@ -108,8 +108,9 @@ def main(argv=None) -> dict:
         result = {}
         for name, (op, number) in ops.items():
             best = {k: float("inf") for k in libs}
-            for _ in range(args.rounds):  # alternate: each round times all three
-                for k, (m, pl) in libs.items():
+            for r in range(args.rounds):  # alternate: each round times all three,
+                order = list(libs.items())  # in turn first and last (no order bias)
+                for k, (m, pl) in order if r % 2 == 0 else order[::-1]:
                     n = number if k != "torchrl" else max(100, number // 8)
                     best[k] = min(best[k], best_of(lambda m=m, pl=pl, op=op: op(m, pl), 1, n))
             b, a, t = best["before"], best["after"], best["torchrl"]

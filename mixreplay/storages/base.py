@@ -25,7 +25,7 @@ import hashlib
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -343,15 +343,6 @@ class Storage(Locked, abc.ABC):
         """Alias of :meth:`loads` (TorchRL's name)."""
         self.loads(path)
 
-    if not TYPE_CHECKING:  # (hidden from mypy, which would then accept any attribute)
-
-        def __getattr__(self, name: str) -> Any:
-            # Only reached for missing attributes: a TorchRL storage method gets the mixreplay way.
-            way = UNSUPPORTED_STORAGE_METHODS.get(name)
-            if way is not None:
-                raise AttributeError(f"{type(self).__name__} has no TorchRL {name!r}: {way}")
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
     def column(self, key: NestedKey) -> torch.Tensor:
         """One key over the filled rows, ``[len, *shape]``, in slot order."""
         k = normalize_key(key)
@@ -432,6 +423,19 @@ class Storage(Locked, abc.ABC):
         apply = self.plan_load_state_dict(state)
         with self.lock:
             apply()
+
+
+def _refused(name: str, way: str) -> property:
+    def refuse(self: Storage) -> Any:
+        raise AttributeError(f"{type(self).__name__} has no TorchRL {name!r}: {way}")
+
+    return property(refuse, doc=f"TorchRL's ``{name}``: not provided ({way}).")
+
+
+# TorchRL storage methods mixreplay lacks say the mixreplay way. Properties, not a
+# __getattr__: a Python __getattr__ would slow every attribute access of every storage.
+for _name, _way in UNSUPPORTED_STORAGE_METHODS.items():
+    setattr(Storage, _name, _refused(_name, _way))
 
 
 class PackedStorage(Storage):

@@ -198,26 +198,11 @@ class TensorClassRows(Codec):
         same_class = type(data) is self.cls  # (a separate test: mypy would narrow data)
         if not same_class or tuple(data.batch_size[1:]) != self.row_batch:
             raise _mismatch(self, data)
-        td = data.to_tensordict()
-        for key, value in td.items(include_nested=True, leaves_only=True):
-            if not isinstance(value, torch.Tensor):
-                name = ".".join(key) if isinstance(key, tuple) else key
-                raise DataStructureError(
-                    f"field {name!r} of {type(data).__name__} holds {summarize(value)}, not a "
-                    "tensor: a storage packs tensors only; keep non-tensor values outside "
-                    "the buffer (or encode them as tensors)"
-                )
-        return _flat_rows(td)
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            type(other) is type(self)
-            and other.cls is self.cls
-            and (other.row_batch, other.nested) == (self.row_batch, self.nested)
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.cls, self.row_batch))
+        if not self.nested and not self.row_batch:
+            # its own TensorDict holds the rows as they are: no copy (a non-tensor field is
+            # refused by the storage's schema check, naming it)
+            return data._tensordict
+        return _flat_rows(data.to_tensordict())
 
     def _wrap(self, td: TensorDictBase) -> Any:
         out = self.cls._from_tensordict(td)  # type: ignore[attr-defined]

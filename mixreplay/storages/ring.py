@@ -692,9 +692,10 @@ class LazyMemmapStorage(TensorStorage):
     as it is mapped: nothing is left on disk whatever ends the process (a crash,
     ``SIGKILL``), and its blocks are freed when the storage is. With ``scratch_dir``
     the file is visible there (``storage.filename``), several storages may share the
-    directory (each has its own file, never overwritten), and it is removed by
-    :meth:`close` / :meth:`cleanup`, and, unless ``auto_cleanup=False``, when the
-    storage is garbage collected or the process exits.
+    directory (each has its own ``rows-*.bin``, never overwritten), and, as in TorchRL,
+    it stays after the process unless ``auto_cleanup=True`` (then it is removed, with
+    ``scratch_dir`` once empty, when the storage is garbage collected or the process
+    exits). :meth:`close` and :meth:`cleanup` remove it at once.
 
     Args:
         max_size: capacity in rows.
@@ -705,8 +706,9 @@ class LazyMemmapStorage(TensorStorage):
         existsok: TorchRL's permission to overwrite existing files; mixreplay never
             overwrites a file (each storage makes its own), so both values mean that.
         auto_cleanup: remove the files when the storage is collected or the process
-            exits (default ``True``); ``False`` keeps them (a file without
-            ``scratch_dir`` then stays in its temporary directory).
+            exits; by default ``True`` without ``scratch_dir`` and ``False`` with one
+            (TorchRL's defaults). ``False`` without ``scratch_dir`` keeps the file in its
+            temporary directory (``storage.filename``).
         dedup_next: keep each next value once (see :class:`TensorStorage`); the rows
             and the next values kept apart both live in files of ``scratch_dir``.
         compilable, shared_init: TorchRL's; only ``False`` (see
@@ -751,8 +753,11 @@ class LazyMemmapStorage(TensorStorage):
         )
         self.existsok = check_bool(existsok, "existsok")
         self._scratch_dir_is_temp = self.scratch_dir is None
+        # TorchRL's default: a temporary file is cleaned up, a file in a given directory kept
         self._auto_cleanup = (
-            True if auto_cleanup is None else check_bool(auto_cleanup, "auto_cleanup")
+            self._scratch_dir_is_temp
+            if auto_cleanup is None
+            else check_bool(auto_cleanup, "auto_cleanup")
         )
         self._cleaned_up = False
         self.filename: str | None = None

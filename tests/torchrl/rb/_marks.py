@@ -120,11 +120,6 @@ DIFF_SCRATCH_SHARED = _differs(
     "overwrites one), so existsok=False raises nothing",
     _FAILED,
 )
-DIFF_AUTO_CLEANUP = _differs(
-    "LazyMemmapStorage(scratch_dir=...): auto_cleanup defaults to True (TorchRL: False): the "
-    "file is scratch in mixreplay's packed layout, which nothing else reads",
-    AssertionError,
-)
 DIFF_LOADS_UNINIT = _differs(
     "loads() of a tensor or pytree storage into an empty storage works (TorchRL raises "
     "'Cannot fill a non-initialized pytree-based TensorStorage')",

@@ -1535,7 +1535,6 @@ class TestLazyMemmapStorageCleanup:
             # If no files were created (e.g. anonymous memmap), result should be False
             assert result is False
 
-    @DIFF_AUTO_CLEANUP
     def test_auto_cleanup_default_behavior(self, tmpdir):
         """Test that auto_cleanup defaults correctly based on scratch_dir."""
         # When scratch_dir is None, auto_cleanup should default to True
@@ -1721,7 +1720,6 @@ time.sleep(60)  # Will be interrupted
         # Note: __del__ is not guaranteed to run immediately, but the cleanup
         # infrastructure should still work via atexit
 
-    @DIFF_AUTO_CLEANUP
     def test_cleanup_preserves_user_data_by_default(self, tmpdir):
         """Test that user-specified directories are NOT cleaned by default."""
         scratch_dir = str(tmpdir / "user_data")

@@ -9,8 +9,6 @@ a row of "Differences from TorchRL".
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 from _target import ON_MIXREPLAY
 
@@ -70,9 +68,6 @@ NO_TORCHRL_PRIORITIZED = pytest.mark.skipif(
     reason="TorchRL's PrioritizedSampler needs its C++ extension, which does not load on "
     "this torch build: no reference here (the test runs on mixreplay)",
 )
-
-_has_pygame = importlib.util.find_spec("pygame") is not None
-_has_torchvision = importlib.util.find_spec("torchvision") is not None
 
 # -- mixreplay's differences (strict xfails on mixreplay; each is a row of "Differences from
 # TorchRL" in notes/dropin.md) ------------------------------------------------------------
@@ -191,4 +186,40 @@ ITEM_MARKS = [
         DIFF_LOADS_UNINIT,
     ),
     (r"test_storages.py::TestStorages::test_state_dict\[TensorStorage-pytree\]", DIFF_PYTREE_STATE),
+]
+
+__all__ = [
+    "BROKEN_EXAMPLE",
+    "DIFF_COMPILABLE",
+    "DIFF_DELAYED_INIT",
+    "DIFF_DOCTEST_STORAGE_REPR",
+    "DIFF_DUMPS_INTO_SCRATCH",
+    "DIFF_INTERNALS",
+    "DIFF_LOADS_UNINIT",
+    "DIFF_NDIM",
+    "DIFF_NDIM_EXAMPLE",
+    "DIFF_NON_TENSOR",
+    "DIFF_PRIVATE",
+    "DIFF_PYTREE_STATE",
+    "DIFF_RAGGED",
+    "DIFF_SCRATCH_SHARED",
+    "DIFF_STATE_LAYOUT",
+    "DIFF_WRITER",
+    "ITEM_MARKS",
+    "LEFT_OUT_BUFFER",
+    "LEFT_OUT_CONSUME",
+    "LEFT_OUT_CUDA",
+    "LEFT_OUT_HOOKS",
+    "LEFT_OUT_IN_PLACE",
+    "LEFT_OUT_REMOTE",
+    "LEFT_OUT_SAMPLE_UNIT",
+    "LEFT_OUT_SHARE",
+    "LEFT_OUT_STORAGE",
+    "LEFT_OUT_TRANSFORM_ONLY",
+    "LEFT_OUT_WRITER",
+    "NO_TORCHRL_PRIORITIZED",
+    "REFERENCE_COMPILE_FAILS",
+    "REFERENCE_SUBPROCESS_SLOW",
+    "SAMPLERS_BRANCH",
+    "UNCLOSED_PIPES",
 ]

@@ -57,8 +57,8 @@ def round_robin_writer(value: Any) -> bool:
 UNSUPPORTED: dict[str, tuple[tuple | Callable[[Any], bool], str]] = {
     "writer": (
         round_robin_writer,
-        "rows are written in ring order (TorchRL's RoundRobinWriter, which is accepted); "
-        "for writers on other processes use mixreplay.distributed",
+        "rows are written in ring order: TorchRL's RoundRobinWriter() is accepted (not a "
+        "compilable=True one); for writers on other processes use mixreplay.distributed",
     ),
     "sample_unit": (
         (None,),

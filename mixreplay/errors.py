@@ -6,6 +6,7 @@ mixreplay::
 
     MixreplayError
     ├── SchemaMismatchError(ValueError)      keys, dtypes or shapes disagree
+    ├── DataStructureError(TypeError, ValueError, RuntimeError)  data a storage cannot hold
     ├── EmptyBufferError(RuntimeError)       sampling with no rows anywhere
     ├── PriorityError(ValueError)            a priority update holds NaN, inf or a bad shape
     ├── ReadOnlyError(TypeError)             writing to offline (read-only) data
@@ -28,6 +29,7 @@ __all__ = [
     "BufferActorError",
     "CheckpointError",
     "CheckpointNotFoundError",
+    "DataStructureError",
     "DatasetError",
     "DatasetNotFoundError",
     "DatasetPrefixTakenError",
@@ -47,6 +49,16 @@ class MixreplayError(Exception):
 
 class SchemaMismatchError(MixreplayError, ValueError):
     """Two sources of rows (or a write and its storage) disagree on keys, dtypes or shapes."""
+
+
+class DataStructureError(MixreplayError, TypeError, ValueError, RuntimeError):
+    """Data a storage cannot hold, or whose type or structure differs from what it holds.
+
+    A ``TypeError`` and a ``ValueError`` for mixreplay's callers (a buffer of TensorDict
+    rows refused other types with ``TypeError`` before it took them), and a
+    ``RuntimeError`` for TorchRL's, whose storages raise that for the same mistakes (a list
+    whose items do not stack, a write that does not match the stored structure).
+    """
 
 
 class EmptyBufferError(MixreplayError, RuntimeError):

@@ -29,6 +29,7 @@ from mixreplay import (
     SchemaMismatchError,
 )
 from mixreplay.datasets.memmap import write_memmap_dataset
+from mixreplay.errors import DataStructureError
 from tests.conftest import ted_rows
 from tests.helpers import assert_state_equal
 
@@ -84,14 +85,14 @@ def refused_unchanged(rb, call, err, match) -> None:
             TypeError,
             r"storage must be a mixreplay storage \(LazyTensorStorage, LazyMemmapStorage\) or a TorchRL Storage, got int",
         ),
-        (dict(storage=None), TypeError, "storage must be a mixreplay storage .* got NoneType"),
+        (dict(storage="lazy"), TypeError, "storage must be a mixreplay storage .* got str"),
         (
             dict(sampler="uniform"),
             TypeError,
             r"sampler must be a mixreplay Sampler \(RandomSampler, PrioritizedSampler, SliceSampler, "
             r"SamplerWithoutReplacement\), got str 'uniform'",
         ),
-        (dict(sampler=RandomSampler), TypeError, "sampler must be a mixreplay Sampler .* got type"),
+        (dict(sampler=int), TypeError, "sampler must be a mixreplay Sampler .* got int 0"),
         (dict(batch_size=1.5), TypeError, "batch_size must be a positive int, got float 1.5"),
         (dict(batch_size=True), TypeError, "batch_size must be a positive int, got bool True"),
         (dict(batch_size=0), ValueError, "batch_size must be a positive int, got 0"),
@@ -379,7 +380,28 @@ BAD_WRITES = {
 @pytest.mark.parametrize("kind", sorted(BUFFERS))
 def test_bad_writes_change_nothing(kind, what):
     data, err, match = BAD_WRITES[what]
+    if kind == "ReplayBuffer":  # it also takes other data types (issue 19), not after TensorDicts
+        err, match = REPLAY_BAD_WRITES.get(what, (err, match))
     refused_unchanged(BUFFERS[kind](), _extend(data), err, match)
+
+
+# A ReplayBuffer takes tensors, pytrees, lists of items and [n, ...] TensorDicts as a first
+# write; after TensorDict rows [n] it refuses them, naming what it holds.
+_HOLDS = r"this storage holds TensorDict rows \[n\] \(fixed by its first write\), got "
+REPLAY_BAD_WRITES = {
+    "two batch dims": (
+        DataStructureError,
+        _HOLDS + r"a TensorDict with batch_size=\[2, 3\]; flatten it with data.reshape\(-1\)",
+    ),
+    "a single row": (
+        DataStructureError,
+        _HOLDS + r"a TensorDict with batch_size=\[\]; use add\(\) for a single row",
+    ),
+    "a plain dict": (DataStructureError, _HOLDS + "a dict of 1 items; write data of the same type"),
+    "a tensor": (DataStructureError, _HOLDS + r"a tensor \[2, 3\] of torch.float32"),
+    "None": (DataStructureError, _HOLDS + "NoneType None"),
+    "a list of rows": (DataStructureError, _HOLDS + r"a TensorDict with batch_size=\[1, 1\]"),
+}
 
 
 def test_the_first_online_write_must_match_the_offline_rows():
@@ -418,7 +440,7 @@ def test_sampling_with_no_rows_anywhere():
         rb,
         lambda rb: rb.sample(),
         EmptyBufferError,
-        r"cannot sample from an empty buffer: extend it with rows first",
+        r"Cannot sample from an empty storage: extend the buffer with rows first",
     )
     mix = MixtureReplayBuffer(
         {"a": LazyTensorStorage(4), "b": LazyTensorStorage(4)}, {"a": 1, "b": 1}, generator=0

@@ -34,6 +34,7 @@ from mixreplay.errors import CheckpointError, EmptyBufferError, PriorityError, S
 from mixreplay.layout import RowLayout, new_tensordict
 from mixreplay.prefetch import Prefetcher, check_pin_memory, check_prefetch, pin
 from mixreplay.schema import NestedKey, Schema, format_key, normalize_key
+from mixreplay.storages.base import check_rows
 from mixreplay.transforms import Compose, Transform
 
 __all__ = ["MixingBuffer", "Source", "as_source", "check_fraction"]
@@ -183,6 +184,7 @@ class MixingBuffer(BufferBase):
         """Write rows to native source ``target``, checking that they mix first."""
         buf = self._sources[target]
         assert isinstance(buf, ReplayBuffer)
+        check_rows(data)  # mixed batches are TensorDicts: the other data types are ReplayBuffer's
         if buf.storage.schema is None and isinstance(data, TensorDictBase) and data.batch_dims >= 1:
             self._check_schemas(self._incoming_schema(target, data), target)
         self._before_write()

@@ -15,6 +15,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from mixreplay._state import state_int
+from mixreplay.data_types import codec_from_json
 from mixreplay.errors import CheckpointError, EmptyBufferError
 from mixreplay.schema import Schema
 from mixreplay.storages.base import Storage, check_ndim, check_rows
@@ -115,6 +116,7 @@ class ForeignStorage(Storage):
                 "len": n,
                 "write_count": self._write_count,
                 "columns": columns,
+                "codec": None if self.codec is None else self.codec.to_json(),
             }
 
     def plan_load_state_dict(self, state: Any) -> Callable[[], None]:
@@ -147,6 +149,15 @@ class ForeignStorage(Storage):
                 "the saved rows do not match this storage's: "
                 + "; ".join(self._schema.differences(schema, names=("storage", "state")))
             )
+        try:
+            codec = codec_from_json(state.get("codec"))
+        except (ValueError, KeyError, TypeError, ImportError) as err:
+            raise CheckpointError(f"the saved data type cannot be read ({err})") from None
+        if self._schema is not None and codec != self.codec:
+            raise CheckpointError(
+                "the saved rows were written as another data type than this storage's; load "
+                "them into a storage of the same data type"
+            )
         data = None
         if n:
             if schema is None:
@@ -158,6 +169,7 @@ class ForeignStorage(Storage):
             if data is not None:
                 self.inner.set(torch.arange(n), data)
             self._schema = schema if schema is not None else self._schema
+            self.codec = codec if schema is not None else self.codec
             self._cursor, self._write_count = cursor, count
             self._bump_generation()
 

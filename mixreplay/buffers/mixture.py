@@ -11,10 +11,11 @@ from tensordict import TensorDictBase
 
 from mixreplay._state import Plan, state_int
 from mixreplay._validate import check_real
-from mixreplay.buffers.engine import MixingBuffer, as_source, check_fraction
+from mixreplay.buffers.engine import MixingBuffer, check_fraction
 from mixreplay.buffers.offline_to_online import plan_schedule, schedule_config
 from mixreplay.buffers.replay import ReplayBuffer
 from mixreplay.errors import CheckpointError, ReadOnlyError
+from mixreplay.mixing.source import as_mix_source
 from mixreplay.samplers import Sampler
 from mixreplay.schedules import Schedule, as_schedule, check_step
 from mixreplay.schema import NestedKey
@@ -182,13 +183,12 @@ class MixtureReplayBuffer(MixingBuffer):
                     f"samplers[{name!r}] applies to a source given as a storage; source {name!r} is a "
                     f"{type(obj).__name__}, which keeps its own sampler"
                 )
-            src = as_source(obj, name)
-            if isinstance(src, ReplayBuffer) and not src.storage.writable and len(src) == 0:
+            if isinstance(obj, ReplayBuffer) and not obj.storage.writable and len(obj) == 0:
                 raise ValueError(
                     f"source {name!r} ({type(obj).__name__}) is read-only and holds no rows, so it could "
                     "never contribute to a batch; fill the dataset before mixing, or drop the source"
                 )
-            built.append(src)
+            built.append(as_mix_source(obj, name))
         self._schedules: dict[str, Schedule] = {}
         self._fixed: dict[str, float] = {}
         self._cache: tuple[int | float, list[float]] | None = None
@@ -271,8 +271,8 @@ class MixtureReplayBuffer(MixingBuffer):
         return self._step
 
     def source(self, name: str) -> Any:
-        """The buffer behind source ``name``."""
-        return self._sources[self._index(name)]
+        """The buffer (or dataset) behind source ``name``, as given or built from a storage."""
+        return self._sources[self._index(name)].obj
 
     def _index(self, name: str) -> int:
         try:
@@ -283,10 +283,10 @@ class MixtureReplayBuffer(MixingBuffer):
     def extend(self, data: TensorDictBase, *, source: str) -> torch.Tensor:
         """Write rows to source ``source``; return the slots written."""
         i = self._index(source)
-        buf = self._sources[i]
-        if not isinstance(buf, ReplayBuffer) or not buf.storage.writable:
+        src = self._sources[i]
+        if not src.writable:
             raise ReadOnlyError(
-                f"source {source!r} is read-only ({type(buf).__name__}): mixreplay samples it but "
+                f"source {source!r} is read-only ({type(src.obj).__name__}): mixreplay samples it but "
                 "does not write to it; extend a writable source (a storage or a ReplayBuffer over one)"
             )
         return self._write(i, data)

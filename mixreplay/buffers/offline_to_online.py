@@ -11,9 +11,10 @@ from tensordict import TensorDictBase
 
 from mixreplay._state import Plan, state_fraction
 from mixreplay._validate import check_int
-from mixreplay.buffers.engine import MixingBuffer, as_source, check_fraction
+from mixreplay.buffers.engine import MixingBuffer, check_fraction
 from mixreplay.buffers.replay import ReplayBuffer
 from mixreplay.errors import CheckpointError
+from mixreplay.mixing.source import BufferSource, as_mix_source
 from mixreplay.samplers import Sampler
 from mixreplay.schedules import (
     Anneal,
@@ -192,7 +193,7 @@ class OfflineToOnlineReplayBuffer(MixingBuffer):
                 "directly to your dataset constructor instead"
             )
         self._init_common(batch_size, generator, transform, source_key, prefetch, pin_memory)
-        offline = as_source(offline_dataset, "offline")
+        offline = as_mix_source(offline_dataset, "offline")
         if len(offline) == 0:
             raise ValueError(
                 f"the offline dataset ({type(offline_dataset).__name__}) holds no rows; fill it "
@@ -202,7 +203,7 @@ class OfflineToOnlineReplayBuffer(MixingBuffer):
         self._online_buffer = ReplayBuffer(
             storage=online_storage, sampler=online_sampler, generator=self._generator
         )
-        self._init_sources(("offline", "online"), [offline, self._online_buffer])
+        self._init_sources(("offline", "online"), [offline, BufferSource(self._online_buffer)])
         self._base_fraction = self._fraction_at(0) if base is None else base
 
     # -- the fraction: one schedule of the step ------------------------------------------------

@@ -3,61 +3,38 @@
 from __future__ import annotations
 
 import logging
-import operator
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
 from mixreplay._state import Plan, generator_state, plan_generator, plan_sampler, sampler_state
 from mixreplay._torchrl_args import UNSUPPORTED_METHODS, check_unsupported, unsupported_method
-from mixreplay._validate import check_int, describe
-from mixreplay.buffers.base import BufferBase
+from mixreplay._validate import describe
+from mixreplay.buffers.base import BufferBase, check_batch_size, make_generator
 from mixreplay.errors import CheckpointError, EmptyBufferError
 from mixreplay.layout import new_tensordict
-from mixreplay.prefetch import Prefetcher, check_pin_memory, check_prefetch, pin
 from mixreplay.samplers import RandomSampler, Sampler
 from mixreplay.storages.base import Storage, check_row
 from mixreplay.storages.foreign import adapt_storage
-from mixreplay.transforms import Compose, Transform
+from mixreplay.transforms import Transform
 
-__all__ = ["ReplayBuffer", "check_batch_size", "make_generator"]
+__all__ = ["ReplayBuffer", "Sampled", "check_batch_size", "make_generator"]
 
 log = logging.getLogger(__name__)
 
 
-def make_generator(generator: torch.Generator | int | None) -> torch.Generator:
-    """The buffer's own generator: given, seeded from an int, or freshly seeded.
+class Sampled(NamedTuple):
+    """One batch of a :class:`ReplayBuffer` (what the prefetch queue holds)."""
 
-    A fresh one is seeded from the OS, not from torch's global RNG, which
-    library code never touches.
-    """
-    if generator is None:
-        g = torch.Generator()
-        g.seed()
-        return g
-    if isinstance(generator, torch.Generator):
-        return generator
-    try:
-        seed = operator.index(generator) if not isinstance(generator, bool) else None
-    except TypeError:
-        seed = None
-    if seed is None:
-        raise TypeError(
-            f"generator must be a torch.Generator or an int seed, got {describe(generator)}; "
-            "e.g. generator=0 or generator=torch.Generator().manual_seed(0)"
-        )
-    return torch.Generator().manual_seed(seed)
+    batch: TensorDictBase
+    #: ``"index"`` (and ``"weight"``) per row, when asked for
+    info: TensorDict | None
 
 
-def check_batch_size(batch_size: Any, *, name: str = "batch_size") -> int:
-    """A batch size: a positive int (NumPy and 0-dim tensor integers accepted)."""
-    return check_int(batch_size, name, min=1, what="a positive int")
-
-
-class ReplayBuffer(BufferBase):
+class ReplayBuffer(BufferBase[Sampled]):
     """Rows in a storage, drawn by a sampler with the buffer's own generator.
 
     Args:
@@ -143,18 +120,9 @@ class ReplayBuffer(BufferBase):
             )
         sampler.attach(storage)  # sizes what it keeps by the storage, checks it fits
         self._sampler: Sampler = sampler
-        self._batch_size = None if batch_size is None else check_batch_size(batch_size)
-        self._generator = make_generator(generator)
-        self._transform = Compose.of(transform)
-        self._prefetch = check_prefetch(prefetch, self._batch_size)
-        self._pin_memory = check_pin_memory(pin_memory)
-        self._prefetcher: Prefetcher | None = None  # started by the first sample()
+        self._init_buffer(batch_size, generator, transform, prefetch, pin_memory)
 
     # -- prefetching (mixreplay.prefetch) --------------------------------------------------
-
-    def _prefetch_draw(self) -> tuple[TensorDictBase, TensorDict | None]:
-        assert self._batch_size is not None  # prefetching needs a batch size
-        return self._sample_now(self._batch_size, info=True)
 
     def _draw_snapshot(self):
         return self._generator.get_state(), self._sampler.draw_state()
@@ -252,36 +220,54 @@ class ReplayBuffer(BufferBase):
 
     # -- reading ---------------------------------------------------------------------------
 
-    def _resolve_batch_size(self, batch_size: int | None) -> int:
-        if batch_size is None:
-            if self._batch_size is None:
-                raise ValueError(
-                    "batch_size is needed: pass sample(batch_size) or set batch_size= at construction"
-                )
-            return self._batch_size
-        return check_batch_size(batch_size)
-
-    def draw(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """Row indices of a batch of ``n``, drawn by this buffer's sampler with ``generator``."""
-        if len(self._storage) == 0:
-            raise EmptyBufferError("cannot sample from an empty buffer: extend it with rows first")
-        return self.draw_unlocked(n, generator)
-
-    def draw_unlocked(self, n: int, generator: torch.Generator) -> torch.Tensor:
+    def _draw_exact(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Exactly ``n`` row indices (caller holds the storage lock).
 
         A sampler that ends an epoch with a short chunk
         (:class:`~mixreplay.SamplerWithoutReplacement`) is asked again for the rest.
         """
-        index = self._sampler.sample(self._storage, n, generator)
+        storage = self._storage
+        if len(storage) == 0:
+            raise EmptyBufferError("cannot sample from an empty buffer: extend it with rows first")
+        sampler = self._sampler
+        index = sampler.sample(storage, n, generator)
         while index.numel() < n:
-            index = torch.cat(
-                [index, self._sampler.sample(self._storage, n - index.numel(), generator)]
-            )
+            index = torch.cat([index, sampler.sample(storage, n - index.numel(), generator)])
         return index
 
-    def _sample_now(self, n: int, *, info: bool):
-        """Draw, gather and transform one batch: ``(batch, info or None)``."""
+    def draw(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Exactly ``n`` row indices, drawn by this buffer's sampler with ``generator``."""
+        with self._storage.lock:
+            return self._draw_exact(n, generator)
+
+    def draw_rows(self, n: int, generator: torch.Generator) -> tuple[TensorDictBase, torch.Tensor]:
+        """``n`` rows drawn with ``generator``, after this buffer's transforms, and their slots.
+
+        What a mixing buffer asks of a source: the draw and the gather hold this
+        buffer's lock; the transforms run after it is released.
+        """
+        with self._storage.lock:
+            index = self._draw_exact(n, generator)
+            rows = self._storage.gather_unlocked(index)
+        if self._transform:
+            rows = self._transform(rows)
+        return rows, index
+
+    def draw_into(self, n: int, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
+        """Draw ``n`` rows with ``generator`` and copy their packed words into ``out``.
+
+        The fast path of a mixing buffer: ``out`` is this source's part of a packed
+        batch (``[n, row_words]`` int64, see :class:`~mixreplay.layout.RowLayout`);
+        no transform runs. Returns the slots drawn.
+        """
+        storage = self._storage
+        with storage.lock:
+            index = self._draw_exact(n, generator)
+            storage.gather_into(index, out)
+        return index
+
+    def _sample_now(self, n: int, info: bool) -> Sampled:
+        """Draw, gather and transform one batch."""
         storage = self._storage
         with storage.lock:
             if len(storage) == 0:
@@ -291,30 +277,11 @@ class ReplayBuffer(BufferBase):
             index = self._sampler.sample(storage, n, self._generator)
             batch = storage.gather_unlocked(index)
             weight = self._sampler.weight(index, storage) if info else None
-        if self._transform:
-            batch = self._transform(batch)
-        if self._pin_memory:
-            batch = pin(batch)
+        batch = self._finish(batch)
         if not info:
-            return batch, None
+            return Sampled(batch, None)
         leaves = {"index": index} if weight is None else {"index": index, "weight": weight}
-        return batch, new_tensordict(leaves, torch.Size([index.numel()]))
-
-    def _next(self, batch_size: int | None, info: bool):
-        """``(batch, info, ran_out)``: from the prefetch queue when it holds this size."""
-        n = self._resolve_batch_size(batch_size)
-        prefetcher = self._prefetching()
-        if prefetcher is not None and n == self._batch_size:
-            result, ran_out = prefetcher.next()
-            drawn: TensorDictBase = result[0]  # type: ignore[index]
-            out: TensorDict | None = result[1]  # type: ignore[index]
-            return drawn, out, ran_out
-        if prefetcher is not None:
-            # Another size: the queued batches are undone, so the sequence stays that of a
-            # buffer without prefetching.
-            prefetcher.discard()
-        batch, out = self._sample_now(n, info=info)
-        return batch, out, self._ran_out()
+        return Sampled(batch, new_tensordict(leaves, torch.Size([index.numel()])))
 
     def sample(self, batch_size: int | None = None, *, return_info: bool = False):
         """Draw a ``[batch_size]`` batch (new memory; writing to it changes nothing stored).
@@ -323,8 +290,8 @@ class ReplayBuffer(BufferBase):
         ``"index"`` (slots sampled) and ``"weight"`` when the sampler has weights.
         With ``prefetch``, the batch comes from the prefetch thread (see :mod:`mixreplay.prefetch`).
         """
-        batch, info, _ = self._next(batch_size, return_info)
-        return (batch, info) if return_info else batch
+        drawn, _ = self._draw(batch_size, return_info)
+        return (drawn.batch, drawn.info) if return_info else drawn.batch
 
     def __iter__(self):
         """Sampled batches of ``batch_size``: endless, or one epoch for a sampler that has them."""
@@ -334,8 +301,8 @@ class ReplayBuffer(BufferBase):
                 "batches, so set batch_size= at construction (or call sample(n) in a loop)"
             )
         while True:
-            batch, _, ran_out = self._next(None, False)
-            yield batch
+            drawn, ran_out = self._draw(None, False)
+            yield drawn.batch
             if ran_out:
                 return
 
@@ -396,12 +363,7 @@ class ReplayBuffer(BufferBase):
         the sampler state only if the row count matches.
         """
         name = type(self).__name__
-        if not isinstance(state, dict):
-            raise CheckpointError(f"a {name} state is a dict, got {type(state).__name__}")
-        if state.get("kind") != name:
-            raise CheckpointError(
-                f"the state holds a {state.get('kind')}, not a {name}; load it into a {state.get('kind')}"
-            )
+        state = self._check_kind(state)
         plans: list[Plan] = []
         storage = self._storage
         saved = state.get("storage")

@@ -256,6 +256,13 @@ class Storage(Locked, abc.ABC):
     def gather_unlocked(self, index: torch.Tensor) -> TensorDictBase:
         """Rows ``index`` as a new ``[len(index)]`` TensorDict (caller holds :attr:`lock`)."""
 
+    def gather_into(self, index: torch.Tensor, out: torch.Tensor) -> None:
+        """Copy rows ``index`` into packed ``out`` (``[len(index), W]``; caller holds :attr:`lock`).
+
+        Only for storages that pack their rows (:attr:`packed`): a mixing buffer's fast path.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not pack its rows")
+
     def gather(self, index: torch.Tensor) -> TensorDictBase:
         """Rows ``index`` (an int64 tensor of valid slots) as a new ``[len(index)]`` TensorDict."""
         with self.lock:

@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from mixreplay._validate import check_saved_int
 from mixreplay.errors import CheckpointError
 
 __all__ = [
@@ -51,9 +52,7 @@ def jsonable(value: Any) -> Any:
 
 
 def state_int(value: Any, what: str, lo: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise CheckpointError(f"{what} must be an int >= {lo}, got {value!r}")
-    return value
+    return check_saved_int(value, what, min=lo)
 
 
 def state_fraction(value: Any, what: str) -> float:

@@ -8,10 +8,12 @@ refused otherwise with an error that names it and the mixreplay way.
 
 from __future__ import annotations
 
+from mixreplay._validate import TorchRLTable, check_torchrl_kwargs
+
 __all__ = ["UNSUPPORTED", "UNSUPPORTED_METHODS", "check_unsupported", "unsupported_method"]
 
 #: argument -> (values that mean mixreplay's own behaviour, the mixreplay way)
-UNSUPPORTED: dict[str, tuple[tuple, str]] = {
+UNSUPPORTED: TorchRLTable = {
     "writer": (
         (None,),
         "rows are written in ring order (TorchRL's RoundRobinWriter); for "
@@ -65,15 +67,7 @@ UNSUPPORTED: dict[str, tuple[tuple, str]] = {
 
 def check_unsupported(owner: str, kwargs: dict) -> None:
     """Raise ``TypeError`` for a keyword that is unknown, or a TorchRL one with a value mixreplay lacks."""
-    for name, value in kwargs.items():
-        if name not in UNSUPPORTED:
-            raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}")
-        accepted, way = UNSUPPORTED[name]
-        if not any(value is a or (type(value) is type(a) and value == a) for a in accepted):
-            raise TypeError(
-                f"{owner} does not support TorchRL's {name}={value!r} (only "
-                f"{' / '.join(repr(a) for a in accepted)}, which is mixreplay's behaviour); {way}"
-            )
+    check_torchrl_kwargs(owner, kwargs, UNSUPPORTED)
 
 
 _SERVICE = "mixreplay has no replay service of its own; host the buffer in a Ray actor with mixreplay.distributed"

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from mixreplay._validate import check_bool, check_int, check_path
+from mixreplay._validate import check_bool, check_int, check_path, check_saved_int
 from mixreplay.errors import CheckpointError, SchemaMismatchError
 from mixreplay.layout import RowLayout
 from mixreplay.schema import Schema
@@ -43,10 +43,7 @@ _STAGING_BYTES = 4 << 20
 
 
 def _state_int(state: dict[str, Any], key: str, lo: int = 0) -> int:
-    value = state.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise CheckpointError(f"storage {key} must be an int >= {lo}, got {value!r}")
-    return value
+    return check_saved_int(state.get(key), f"storage {key}", min=lo)
 
 
 def check_saved_rows(rows: Any, length: int, words: int, what: str = "rows") -> torch.Tensor:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -28,7 +27,6 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from mixreplay._state import Plan, generator_state, plan_generator
-from mixreplay._validate import check_real
 from mixreplay.buffers.base import BufferBase
 from mixreplay.errors import CheckpointError, EmptyBufferError, PriorityError, SchemaMismatchError
 from mixreplay.layout import RowLayout, new_tensordict
@@ -36,7 +34,7 @@ from mixreplay.mixing.source import MixSource, strip_bookkeeping
 from mixreplay.schema import NestedKey, Schema, format_key, normalize_key
 from mixreplay.transforms import Transform
 
-__all__ = ["MixedDraw", "MixingBuffer", "check_fraction"]
+__all__ = ["MixedDraw", "MixingBuffer"]
 
 log = logging.getLogger(__name__)
 
@@ -47,22 +45,6 @@ SCHEMA_FIX = (
     "offline.append_transform(DoubleToFloat())), or convert the online rows before "
     "extend (td.float(), td.select(...))"
 )
-
-
-def check_fraction(value: Any, name: str, *, open_interval: bool) -> float:
-    """A fraction in ``[0, 1]`` (``(0, 1)`` with ``open_interval``), as a float."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isfinite(value):
-        interval = "(0, 1)" if open_interval else "[0, 1]"
-        raise ValueError(f"{name} must be a finite number in {interval}, got {value!r}")
-    out = check_real(value, name, what="a float")  # a number (TypeError otherwise), finite
-    if open_interval and not 0.0 < out < 1.0:
-        raise ValueError(
-            f"{name} must be in (0, 1) (exclusive), got {out!r}; for online-only data use a "
-            "plain ReplayBuffer, for offline-only sample the dataset itself"
-        )
-    if not 0.0 <= out <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1], got {out!r}")
-    return out
 
 
 class MixedDraw(NamedTuple):

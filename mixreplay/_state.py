@@ -30,6 +30,7 @@ __all__ = [
     "plan_generator",
     "plan_sampler",
     "sampler_state",
+    "saved_name",
     "state_fraction",
     "state_int",
 ]
@@ -93,13 +94,17 @@ def plan_generator(generator: torch.Generator, saved: Any, what: str) -> Plan:
     return apply
 
 
-def _sampler_type(sampler: Any) -> str:
-    return f"{type(sampler).__module__}.{type(sampler).__qualname__}"
+def saved_name(saved: Any) -> Any:
+    """A sampler's name as saved: format 2 wrote a module path
+    (``mixreplay.samplers.prioritized.PrioritizedSampler``), whose last part is the name."""
+    if isinstance(saved, str) and "." in saved:
+        return saved.rpartition(".")[2]
+    return saved
 
 
 def sampler_state(sampler: Any) -> dict[str, Any]:
     return {
-        "type": _sampler_type(sampler),
+        "type": sampler.config_name,
         "config": jsonable(sampler.config()),
         "state": sampler.state_dict(),
     }
@@ -109,8 +114,8 @@ def plan_sampler(sampler: Any, saved: Any, what: str) -> Plan:
     """Check a saved sampler (type, settings, state) against ``sampler``; return the loader."""
     if not isinstance(saved, dict):
         raise CheckpointError(f"{what}: the checkpoint holds no sampler state")
-    kind = _sampler_type(sampler)
-    if saved.get("type") != kind:
+    kind = sampler.config_name
+    if saved_name(saved.get("type")) != kind:
         raise CheckpointError(
             f"{what}: the checkpoint was saved with a {saved.get('type')}, this buffer samples "
             f"with a {kind}; build the buffer with the same sampler"

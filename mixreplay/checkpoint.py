@@ -26,8 +26,11 @@ buffer samples with its own RNG).
 Crash safety (see :mod:`mixreplay.persist.atomic`): a process killed at any
 instant of a save leaves the previous checkpoint or the new one, never a mix.
 
-Versions: format 2 (this one) holds each owner's ``state_dict()``; format 1
-(mixreplay before the state redesign) is migrated when read. Every failure to
+Versions: format 3 (this one) holds each owner's ``state_dict()``, samplers and
+storages under their registered names (``config_name``, never a module path, so
+moving a class breaks no checkpoint); format 2 (the same, with samplers named by
+module path) and format 1 (mixreplay before the state redesign) are migrated
+when read. Every failure to
 load raises :class:`~mixreplay.errors.CheckpointError` before the buffer is
 touched (a missing checkpoint is a :class:`~mixreplay.errors.CheckpointNotFoundError`,
 also a ``FileNotFoundError``).
@@ -58,6 +61,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from mixreplay._state import saved_name
 from mixreplay.errors import CheckpointError, CheckpointNotFoundError
 from mixreplay.persist import (
     Format,
@@ -162,12 +166,31 @@ def _from_v1(meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# -- format 2 (samplers named by module path) ------------------------------------------------
+
+
+def _renamed_samplers(state: Any) -> Any:
+    if isinstance(state, dict):
+        out = {key: _renamed_samplers(value) for key, value in state.items()}
+        sampler = out.get("sampler")
+        if isinstance(sampler, dict) and isinstance(sampler.get("type"), str):
+            out["sampler"] = sampler | {"type": saved_name(sampler["type"])}
+        return out
+    return state
+
+
+def _from_v2(meta: dict[str, Any]) -> dict[str, Any]:
+    """Format 2 saved samplers under their module path; format 3 under their registered name
+    (``mixreplay.samplers.prioritized.PrioritizedSampler`` is ``PrioritizedSampler``)."""
+    return meta | {"state": _renamed_samplers(meta["state"])}
+
+
 FORMAT = Format(
     name="mixreplay-checkpoint",
-    version=2,
+    version=3,
     error=CheckpointError,
     what="checkpoint",
-    migrations={1: _from_v1},
+    migrations={1: _from_v1, 2: _from_v2},
 )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from mixreplay._validate import check_real
 from mixreplay.errors import CheckpointError
-from mixreplay.schedules import CallableSchedule, Schedule
+from mixreplay.schedules import Schedule
 
 __all__ = ["Weight", "check_fraction", "check_weight", "plan_schedule", "schedule_config"]
 
@@ -84,8 +84,8 @@ def plan_schedule(saved: Any, current: Schedule, what: str) -> Schedule:
     """The schedule a saved config stands for (the buffer's own plain function for a ``repr``)."""
     if not isinstance(saved, dict):
         raise CheckpointError(f"{what}: a schedule config is a dict, got {saved!r}")
-    if saved.get("type") is None:  # a plain function was saved by repr only
-        if not isinstance(current, CallableSchedule):
+    if saved.get("type") is None:  # one a checkpoint cannot store was saved by repr only
+        if current.storable:
             raise CheckpointError(
                 f"{what} was a plain function ({saved.get('repr')}), which a checkpoint cannot "
                 f"store; build the buffer with that same function, got {current!r}"

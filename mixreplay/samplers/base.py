@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -25,6 +25,11 @@ class Sampler:
     about is always noticed.
 
     Subclasses implement :meth:`sample`; the other hooks have no-op defaults.
+
+    A checkpoint names a sampler by :attr:`config_name` (its class name unless the
+    class sets it), never by module path: moving a sampler class to another module
+    keeps every checkpoint that names it loadable; renaming one means setting
+    ``config_name`` to the old name.
 
     Examples:
         >>> import torch
@@ -49,6 +54,13 @@ class Sampler:
     ran_out: bool = False
     #: whether :meth:`update_priority` does anything (mixing buffers route updates only there).
     prioritized: bool = False
+    #: the name a checkpoint saves this sampler under (the class name by default)
+    config_name: ClassVar[str] = "Sampler"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "config_name" not in cls.__dict__:
+            cls.config_name = cls.__name__
 
     def attach(self, storage: Storage) -> None:
         """Called once by the buffer that owns this sampler, with the storage it samples.
@@ -196,5 +208,5 @@ class RandomSampler(Sampler):
         return torch.randperm(size, generator=generator, device=generator.device)[:n]
 
 
-# Their public home: checkpoints name a sampler by module and class, and pickles find it there.
+# Their public home, where pickles find them (checkpoints name a sampler by config_name).
 Sampler.__module__ = RandomSampler.__module__ = "mixreplay.samplers"

@@ -194,8 +194,16 @@ class Storage(Locked, abc.ABC):
 
     writable: ClassVar[bool] = True
     packed: ClassVar[bool] = False
+    #: the name a checkpoint saves this storage under (the class name by default): moving
+    #: the class to another module changes nothing saved; renaming it means setting this
+    config_name: ClassVar[str] = "Storage"
     max_size: int
     device: torch.device
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "config_name" not in cls.__dict__:
+            cls.config_name = cls.__name__
 
     def __init__(self) -> None:
         super().__init__()
@@ -312,7 +320,7 @@ class Storage(Locked, abc.ABC):
         schema = self.schema
         return {
             "reference": True,
-            "type": type(self).__name__,
+            "type": self.config_name,
             "rows": len(self),
             "schema": None if schema is None else schema.to_json(),
             "fingerprint": self.fingerprint,

@@ -286,7 +286,7 @@ class TensorStorage(PackedStorage):
             if layout is not None:
                 rows = self.rows.clone() if copy else self.rows
             return {
-                "type": type(self).__name__,
+                "type": self.config_name,
                 "max_size": self.max_size,
                 "schema": None if layout is None else layout.schema.to_json(),
                 "cursor": self._cursor,

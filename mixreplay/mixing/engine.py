@@ -63,6 +63,11 @@ class MixedDraw(NamedTuple):
     stamp: int
 
 
+def _rows(td: TensorDictBase) -> str:
+    shape = list(td.batch_size)
+    return f"{shape[0]} rows" if len(shape) == 1 else f"rows of batch_size {shape}"
+
+
 class MixingBuffer(BufferBase[MixedDraw]):
     """Sources mixed per batch; subclasses decide the split (:meth:`_split`)."""
 
@@ -291,7 +296,13 @@ class MixingBuffer(BufferBase[MixedDraw]):
                     pos += k
             batch: TensorDictBase = layout.unpack(out, self._device)
         else:
-            batch = self._sample_generic(B, counts, indices)
+            # a failed draw (a source's transform raising, say) is undone: retrying draws the same
+            snapshot = self._draw_snapshot()
+            try:
+                batch = self._sample_generic(B, counts, indices)
+            except BaseException:
+                self._restore_draws(snapshot)
+                raise
         self._commit_split(counts)
         source = None
         if self._source_key is not None or info:
@@ -328,8 +339,16 @@ class MixingBuffer(BufferBase[MixedDraw]):
             if not k:
                 continue
             drawn = self._sources[i].draw(k, self._generator)
+            rows = drawn.rows
+            if rows.batch_size != (k,):  # the batch would hold rows of uninitialised memory
+                raise ValueError(
+                    f"source {self._names[i]!r} gave {_rows(rows)} for the {k} rows drawn from "
+                    "it: a source's transforms must keep one row per row (batch_size "
+                    f"[{k}]); filter or reshape rows in the mixing buffer's own transform "
+                    "instead, which runs on the whole batch"
+                )
             indices[i] = drawn.index
-            parts.append(drawn.rows)
+            parts.append(rows)
         if len(parts) == 1:
             return strip_bookkeeping(parts[0])
         layout = self._output_layout(Schema.from_tensordict(strip_bookkeeping(parts[-1])))

@@ -1,0 +1,75 @@
+"""Defects of the mixing engine found by the second adversarial campaign (issue 18)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mixreplay import (
+    LazyTensorStorage,
+    MixtureReplayBuffer,
+    OfflineDataset,
+    OfflineToOnlineReplayBuffer,
+)
+from tests.conftest import ted_rows
+from tests.helpers import assert_same
+
+OFFLINE, ONLINE = 1.0, 2.0
+
+
+def offline(n=20):
+    return OfflineDataset.from_tensordict(ted_rows(n, tag=OFFLINE))
+
+
+# -- 18.2: a source transform that changes the number of rows ---------------------------------
+
+
+@pytest.mark.parametrize(
+    "transform, gave",
+    [
+        (lambda td: td[:-1], "3 rows"),  # drops one
+        (lambda td: td[td["next", "reward"].squeeze(-1) < 0], "0 rows"),  # a filter
+        (lambda td: torch.cat([td, td]), "8 rows"),  # adds rows
+        (lambda td: td.unsqueeze(0), r"rows of batch_size \[1, 4\]"),
+    ],
+)
+def test_a_source_transform_that_changes_the_row_count_is_refused_naming_the_source(
+    transform, gave
+):
+    data = offline()
+    data.append_transform(transform)
+    rb = OfflineToOnlineReplayBuffer(data, online_capacity=10, generator=0)
+    rb.extend(ted_rows(5, tag=ONLINE))
+    message = (
+        f"source 'offline' gave {gave} for the 4 rows drawn from it: a source's transforms "
+        r"must keep one row per row \(batch_size \[4\]\); filter or reshape rows in the mixing "
+        "buffer's own transform"
+    )
+    with pytest.raises(ValueError, match=message):
+        rb.sample(8)
+    # all offline (the online side empty): refused too, never a short batch
+    alone = OfflineToOnlineReplayBuffer(data, online_capacity=10, generator=0)
+    with pytest.raises(ValueError, match="source 'offline' gave"):
+        alone.sample(4)
+
+
+def test_a_refused_batch_leaves_the_draws_as_they_were():
+    data = offline()
+    rb = MixtureReplayBuffer(
+        {"a": data, "b": LazyTensorStorage(10)}, {"a": 1, "b": 1}, generator=0, source_key="src"
+    )
+    rb.extend(ted_rows(5, tag=ONLINE), source="b")
+    twin = MixtureReplayBuffer(
+        {"a": offline(), "b": LazyTensorStorage(10)},
+        {"a": 1, "b": 1},
+        generator=0,
+        source_key="src",
+    )
+    twin.extend(ted_rows(5, tag=ONLINE), source="b")
+    broken = [True]
+    data.append_transform(lambda td: td[:1] if broken[0] else td)
+    with pytest.raises(ValueError, match="source 'a' gave 1 rows for the 3 rows drawn"):
+        rb.sample(5)
+    broken[0] = False  # the transform is fixed: the retry draws what the twin draws
+    for _ in range(3):
+        assert_same(rb.sample(5), twin.sample(5))

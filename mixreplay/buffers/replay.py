@@ -224,7 +224,10 @@ class ReplayBuffer(BufferBase[Sampled]):
         """Exactly ``n`` row indices (caller holds the storage lock).
 
         A sampler that ends an epoch with a short chunk
-        (:class:`~mixreplay.SamplerWithoutReplacement`) is asked again for the rest.
+        (:class:`~mixreplay.SamplerWithoutReplacement`) is asked again for the rest;
+        for a sampler that draws distinct rows, the rows of the next epoch that the
+        short chunk already holds are passed over (and asked for again), so the ``n``
+        rows stay distinct (``n`` never exceeds the rows held: the mixing buffer checks).
         """
         storage = self._storage
         if len(storage) == 0:
@@ -232,7 +235,10 @@ class ReplayBuffer(BufferBase[Sampled]):
         sampler = self._sampler
         index = sampler.sample(storage, n, generator)
         while index.numel() < n:
-            index = torch.cat([index, sampler.sample(storage, n - index.numel(), generator)])
+            more = sampler.sample(storage, n - index.numel(), generator)
+            if not sampler.replacement:
+                more = more[~torch.isin(more, index)]
+            index = torch.cat([index, more])
         return index
 
     def draw(self, n: int, generator: torch.Generator) -> torch.Tensor:

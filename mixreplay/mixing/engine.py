@@ -59,8 +59,6 @@ class MixedDraw(NamedTuple):
     source: torch.Tensor | None
     #: each source's importance weights, read at draw time (``None`` without info)
     weights: list[torch.Tensor | None] | None
-    #: the sources' transforms when it was drawn (:attr:`MixSource.transforms_version`)
-    stamp: int
 
 
 def _rows(td: TensorDictBase) -> str:
@@ -104,6 +102,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
             if len(src):
                 self._check_source_key(src.stored_schema)
         self._refresh_layout()
+        self._prefetch_stamp = self._fused_stamp  # the sources' transforms the queue was drawn with
 
     # -- subclass hooks --------------------------------------------------------------------
 
@@ -239,6 +238,15 @@ class MixingBuffer(BufferBase[MixedDraw]):
             src.restore_draw_state(saved)
         self._restore_split_state(state[2])
 
+    def _check_prefetched(self) -> None:
+        # A source's transforms changed (source.append_transform): the batches drawn ahead
+        # with the old ones are undone and drawn again, so every batch after the change
+        # follows it, whatever the prefetch thread had done by then.
+        stamp = self._transforms_stamp()
+        if stamp != self._prefetch_stamp:
+            self._prefetch_stamp = stamp
+            self._discard_prefetched()
+
     def _fractions_changed(self) -> None:
         # Batches drawn ahead keep their split only while it is still the current one.
         p = self._prefetcher
@@ -311,12 +319,12 @@ class MixingBuffer(BufferBase[MixedDraw]):
                 batch.set(self._source_key, source)
         batch = self._finish(batch)
         if not info:
-            return MixedDraw(batch, counts, indices, source, None, stamp)
+            return MixedDraw(batch, counts, indices, source, None)
         # The weights are read now: priorities may change before the info is built.
         weights = [
             None if idx is None else src.weight(idx) for src, idx in zip(self._sources, indices)
         ]
-        return MixedDraw(batch, counts, indices, source, weights, stamp)
+        return MixedDraw(batch, counts, indices, source, weights)
 
     def _source_labels(self, counts: list[int]) -> torch.Tensor:
         """Each row's source index for a batch split as ``counts`` (kept per split; copy it)."""

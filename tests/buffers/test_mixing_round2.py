@@ -99,3 +99,66 @@ def test_a_source_without_replacement_never_repeats_a_row_within_a_batch(held, w
         seen += torch.bincount(rows, minlength=held)
     # every row is served, about equally: seeded, ~ 300 * share / held draws each
     assert (seen > 0).all() and seen.max() / seen.min() < 1.3
+
+
+# -- 18.12: a source's transform changed while prefetching ------------------------------------
+
+
+def tagged(k):
+    def f(td):
+        return td.set("observation", td["observation"] + k)
+
+    return f
+
+
+def _o2o(prefetch):
+    data = offline(50)
+    rb = OfflineToOnlineReplayBuffer(
+        data, online_capacity=50, batch_size=8, generator=3, prefetch=prefetch, source_key="src"
+    )
+    rb.extend(ted_rows(20, tag=ONLINE))
+    return rb, data
+
+
+@pytest.mark.parametrize("prefetch", [1, 3])
+def test_a_transform_appended_to_a_source_applies_to_the_next_prefetched_batch(prefetch):
+    """Batches after the change follow it, and are the batches of a buffer without prefetch."""
+    rb, data = _o2o(prefetch)
+    twin, twin_data = _o2o(None)
+    for _ in range(3):
+        assert_same(rb.sample(), twin.sample())
+    for src in (data, twin_data):
+        src.append_transform(tagged(100))  # the offline source's own transform
+    after = rb.sample()
+    offline_rows = after["src"] == 0
+    assert (after["observation"][offline_rows] >= 100).all()
+    assert_same(after, twin.sample())
+    for buf in (rb, twin):
+        buf.online_buffer.append_transform(tagged(1000))  # the online side's, too
+    for _ in range(3):
+        batch = rb.sample()
+        assert (batch["observation"][batch["src"] == 1] >= 1000).all()
+        assert_same(batch, twin.sample())
+    rb.close()
+
+
+def test_a_mixture_source_transform_changed_while_prefetching_is_followed():
+    def make(prefetch):
+        mix = MixtureReplayBuffer(
+            {"a": LazyTensorStorage(20), "b": LazyTensorStorage(20)},
+            {"a": 1, "b": 3},
+            batch_size=8,
+            generator=1,
+            prefetch=prefetch,
+        )
+        mix.extend(ted_rows(10, tag=OFFLINE), source="a")
+        mix.extend(ted_rows(10, tag=ONLINE), source="b")
+        return mix
+
+    mix, twin = make(2), make(None)
+    assert_same(mix.sample(), twin.sample())
+    for m in (mix, twin):
+        m.source("a").append_transform(tagged(50))
+    for _ in range(4):
+        assert_same(mix.sample(), twin.sample())
+    mix.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -36,13 +37,16 @@ class MixtureReplayBuffer(MixingBuffer):
     Counts: each batch gives source ``i`` the floor or the ceiling of its quota
     ``B * w_i`` (``w`` the fractions normalized over the sources that have rows), so
     every batch is within one row of exact. The rows rounding leaves over go to the
-    sources furthest behind their long-run share, a remainder carried from batch to
-    batch (and saved in checkpoints): after any number of batches each source's
-    total is within one row of its total quota, so the long-run share converges to
-    the weights (weights 1:1:1 at ``B=10`` give 4/3/3, 3/4/3, 3/3/4, ...). See
-    :func:`carried_split`. Sources with nothing to draw are skipped and their share
-    goes to the others in proportion to their fractions (the carry restarts when the
-    set of such sources changes).
+    sources whose running total would soonest fall a row behind their running quota,
+    a remainder carried from batch to batch (and saved in checkpoints): while the
+    fractions stay the same, after any number of batches each source's total is less
+    than one row from its total quota, however small its weight, so the long-run
+    share converges to the weights (weights 1:1:1 at ``B=10`` give 4/3/3, 3/4/3,
+    3/3/4, ...). While a schedule changes the fractions every batch, a source may be
+    a little more than one row behind for a while. See
+    :func:`~mixreplay.mixing.split.carried_split`. Sources with nothing to draw are
+    skipped and their share goes to the others in proportion to their fractions (the
+    carry restarts when the set of such sources changes).
 
     Args:
         sources: name -> a mixreplay buffer or dataset, a storage, a TorchRL buffer or
@@ -280,30 +284,35 @@ class MixtureReplayBuffer(MixingBuffer):
             raise CheckpointError(f"step must be a number >= 0, got {step!r}")
         carry = state.get("carry")
         live: tuple[int, ...] = ()
-        values = [0.0] * len(self._names)
+        values: list[float] = [0.0] * len(self._names)
         if carry is not None:  # format 1 had no carry
-            if not isinstance(carry, dict):
-                raise CheckpointError(f"carry must be a dict, got {carry!r}")
-            live = tuple(state_int(i, "carry live source") for i in carry.get("live", []))
-            values = carry.get("values")  # type: ignore[assignment]
+            saved_live = carry.get("live", []) if isinstance(carry, dict) else None
+            saved_values = carry.get("values") if isinstance(carry, dict) else None
+            # any finite carry: under a schedule a source may run more than one row behind
             if (
-                not isinstance(values, list)
-                or len(values) != len(self._names)
+                not isinstance(saved_live, list)
+                or not isinstance(saved_values, list)
+                or len(saved_values) != len(self._names)
                 or any(
-                    isinstance(v, bool) or not isinstance(v, (int, float)) or not abs(v) < 1
-                    for v in values
+                    isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                    for v in saved_values
                 )
-                or any(i >= len(self._names) for i in live)
             ):
                 raise CheckpointError(
-                    f"carry must hold {len(self._names)} numbers in (-1, 1) and live source "
+                    f"carry must hold {len(self._names)} finite numbers and live source "
                     f"indices, got {carry!r}"
                 )
+            live = tuple(state_int(i, "carry live source") for i in saved_live)
+            if any(i >= len(self._names) for i in live):
+                raise CheckpointError(
+                    f"carry live source indices must be below {len(self._names)}, got {list(live)}"
+                )
+            values = [float(v) for v in saved_values]
 
         def apply() -> None:
             self._fractions, self._cache = planned, None
             self._step = step
-            self._carry_live, self._carry = live, [float(v) for v in values]
+            self._carry_live, self._carry = live, values
             self._pending = None
 
         return apply

@@ -133,17 +133,57 @@ def _check(fractions: Sequence[float]) -> None:
             raise ValueError(f"fraction {i} must be finite and >= 0, got {f!r}")
 
 
+#: slack of the comparisons below: quotas and carries hold floating-point rounding errors
+_TOL = 1e-9
+
+
+def _ceil(x: float) -> int:
+    return math.ceil(x - _TOL)
+
+
+def _urgency(carry: float, rate: float) -> tuple[int, int, int, float]:
+    """The order in which sources get the rows rounding leaves over (smaller first).
+
+    ``rate`` is the fractional part of a source's quota per batch and ``carry`` how
+    far it is behind its running quota: without an extra row its carry grows by
+    ``rate`` per batch, so it needs one within ``deadline`` batches to stay less
+    than one row behind. Earliest deadline first; equal deadlines are broken as
+    PD² does (Anderson & Srinivasan, 2000): first the source whose next deadline
+    follows at once (its windows overlap), then the heavier source (quota
+    remainder ``>= 1/2``) whose run of back-to-back windows ends later (its group
+    deadline), then the source furthest behind.
+    """
+    steps = (1.0 - carry) / rate
+    deadline = _ceil(steps)
+    overlaps = 0 if abs(steps - round(steps)) <= _TOL else 1
+    group = 0
+    if 0.5 - _TOL <= rate < 1.0:
+        rest = 1.0 - rate
+        group = _ceil((_ceil(deadline * rest - carry) + carry) / rest)
+    return deadline, -overlaps, -group, -(carry + rate)
+
+
 def carried_split(
     units: int, weights: list[float], carry: list[float]
 ) -> tuple[list[int], list[float]]:
     """Split ``units`` by ``weights`` (normalized), carrying what rounding left over.
 
-    Each count is the floor or the ceiling of its quota ``units * w_i``; the units
-    left after the floors go to the sources furthest behind their long-run share
-    (largest ``carry_i + remainder_i``; ties to the earlier source). The new carry
-    is ``carry_i + quota_i - count_i``: it stays in ``(-1, 1)``, so after any number
-    of batches each source's total is within one row of its total quota, and the
-    long-run share converges to the weights.
+    Each count is the floor or the ceiling of its quota ``units * w_i``, so every
+    batch is within one row of exact. The units left after the floors go, one
+    each, to sources whose quota has a fractional part, in order of urgency (see
+    :func:`_urgency`); a source already ahead by that fraction (``carry_i +
+    remainder_i <= 0``) gets one only when no other can. The new carry is
+    ``carry_i + quota_i - count_i``: how far source ``i``'s running total is behind
+    its running quota.
+
+    The bound: while the weights stay the same, every carry stays strictly inside
+    ``(-1, 1)``, so after any number of batches each source's total is less than
+    one row from its total quota, however small its weight. (The extra units form
+    a Pfair schedule of tasks whose weights are the quota remainders on as many
+    processors as units are left over, and PD² is an optimal Pfair scheduler.)
+    When the weights change from batch to batch (a schedule), no rule that keeps
+    every batch within one row can promise this: the carry is kept, and may
+    exceed one row for a while.
 
     Returns:
         ``(counts, new_carry)``.
@@ -168,15 +208,15 @@ def carried_split(
     left = units - sum(counts)
     if left:
         # only sources with a fractional quota may take an extra unit: counts stay floor or ceil
-        candidates = sorted(
-            (i for i in range(n) if quotas[i] - counts[i] > 1e-12),
-            key=lambda i: (-(carry[i] + quotas[i] - counts[i]), i),
+        rates = [q - c for q, c in zip(quotas, counts)]
+        fractional = [i for i in range(n) if rates[i] > 1e-12]
+        order = sorted(
+            fractional,
+            key=lambda i: (carry[i] + rates[i] <= _TOL, *_urgency(carry[i], rates[i]), i),
         )
-        if len(candidates) < left:  # float rounding: complete in order of weight
-            candidates += sorted(
-                (i for i in range(n) if i not in candidates), key=lambda i: -weights[i]
-            )
-        for i in candidates[:left]:
+        if len(order) < left:  # float rounding: complete in order of weight
+            order += sorted((i for i in range(n) if i not in order), key=lambda i: -weights[i])
+        for i in order[:left]:
             counts[i] += 1
     new = [c + q - k for c, q, k in zip(carry, quotas, counts)]
     mean = math.fsum(new) / n  # the carries sum to 0; keep float drift from accumulating

@@ -42,15 +42,11 @@ class Compose:
 
     def __init__(self, *transforms: Transform):
         self._items: list[Transform] = []
-        self._version = 0
+        #: counts the changes of this chain: a mixing buffer compares it to notice that a
+        #: source's transforms changed (it then redraws the batches it prefetched)
+        self.version = 0
         for t in transforms:
             self.append(t)
-
-    @property
-    def version(self) -> int:
-        """Counts the changes of this chain: a mixing buffer compares it to notice that a
-        source's transforms changed (it then redraws the batches it prefetched)."""
-        return self._version
 
     @classmethod
     def of(cls, transform: Transform | None, name: str = "transform") -> Compose:
@@ -69,7 +65,7 @@ class Compose:
                 transform, "transform", hint="pass a function td -> td or a TorchRL Transform"
             )
         )
-        self._version += 1
+        self.version += 1
 
     def insert(self, index: int, transform: Transform) -> None:
         """Run ``transform`` at position ``index`` (as ``list.insert``)."""
@@ -80,7 +76,7 @@ class Compose:
                 transform, "transform", hint="pass a function td -> td or a TorchRL Transform"
             ),
         )
-        self._version += 1
+        self.version += 1
 
     def __call__(self, td: TensorDictBase) -> TensorDictBase:
         for t in self._items:

@@ -136,11 +136,12 @@ class BufferBase(Generic[R]):
         """One batch and whether it ended an epoch: from the prefetch queue when it holds
         this size, else drawn now."""
         n = self._resolve_batch_size(batch_size)
-        prefetcher = self._prefetching()
-        if prefetcher is not None and n == self._batch_size:
-            self._check_prefetched()
-            return prefetcher.next()
-        if prefetcher is not None:
+        if self._prefetch:
+            prefetcher = self._prefetching()
+            assert prefetcher is not None
+            if n == self._batch_size:
+                self._check_prefetched()
+                return prefetcher.next()
             # Another size: the queued batches are undone, so the sequence stays that of a
             # buffer without prefetching.
             prefetcher.discard()

@@ -220,7 +220,9 @@ class ReplayBuffer(BufferBase[Sampled]):
 
     # -- reading ---------------------------------------------------------------------------
 
-    def _draw_exact(self, n: int, generator: torch.Generator) -> torch.Tensor:
+    def _draw_exact(
+        self, n: int, generator: torch.Generator, index: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Exactly ``n`` row indices (caller holds the storage lock).
 
         A sampler that ends an epoch with a short chunk
@@ -229,11 +231,9 @@ class ReplayBuffer(BufferBase[Sampled]):
         short chunk already holds are passed over (and asked for again), so the ``n``
         rows stay distinct (``n`` never exceeds the rows held: the mixing buffer checks).
         """
-        storage = self._storage
-        if len(storage) == 0:
-            raise EmptyBufferError("cannot sample from an empty buffer: extend it with rows first")
-        sampler = self._sampler
-        index = sampler.sample(storage, n, generator)
+        storage, sampler = self._storage, self._sampler
+        if index is None:
+            index = sampler.sample(storage, n, generator)
         while index.numel() < n:
             more = sampler.sample(storage, n - index.numel(), generator)
             if not sampler.replacement:
@@ -244,6 +244,10 @@ class ReplayBuffer(BufferBase[Sampled]):
     def draw(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Exactly ``n`` row indices, drawn by this buffer's sampler with ``generator``."""
         with self._storage.lock:
+            if len(self._storage) == 0:
+                raise EmptyBufferError(
+                    "cannot sample from an empty buffer: extend it with rows first"
+                )
             return self._draw_exact(n, generator)
 
     def draw_rows(self, n: int, generator: torch.Generator) -> tuple[TensorDictBase, torch.Tensor]:
@@ -268,7 +272,9 @@ class ReplayBuffer(BufferBase[Sampled]):
         """
         storage = self._storage
         with storage.lock:
-            index = self._draw_exact(n, generator)
+            index = self._sampler.sample(storage, n, generator)
+            if index.numel() != n:  # an epoch ended with a short chunk
+                index = self._draw_exact(n, generator, index)
             storage.gather_into(index, out)
         return index
 

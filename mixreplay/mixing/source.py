@@ -213,6 +213,10 @@ class BufferSource(MixSource):
 
     def __init__(self, buffer: ReplayBuffer):
         self.buffer = buffer
+        # a buffer's sampler, storage and transform chain are its own for life
+        self._sampler = buffer.sampler
+        self._storage = buffer.storage
+        self._chain = buffer.transform
 
     @property
     def obj(self) -> ReplayBuffer:
@@ -238,7 +242,7 @@ class BufferSource(MixSource):
         return len(self.buffer)
 
     def available(self) -> int:
-        return self.buffer.available()
+        return self._sampler.available(self._storage)
 
     @property
     def write_count(self) -> int:
@@ -246,7 +250,7 @@ class BufferSource(MixSource):
 
     @property
     def transforms_version(self) -> int:
-        return self.buffer.transform.version
+        return self._chain.version
 
     @property
     def device(self) -> torch.device:

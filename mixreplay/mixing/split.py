@@ -137,10 +137,6 @@ def _check(fractions: Sequence[float]) -> None:
 _TOL = 1e-9
 
 
-def _ceil(x: float) -> int:
-    return math.ceil(x - _TOL)
-
-
 def _urgency(carry: float, rate: float) -> tuple[int, int, int, float]:
     """The order in which sources get the rows rounding leaves over (smaller first).
 
@@ -153,13 +149,14 @@ def _urgency(carry: float, rate: float) -> tuple[int, int, int, float]:
     remainder ``>= 1/2``) whose run of back-to-back windows ends later (its group
     deadline), then the source furthest behind.
     """
+    ceil, tol = math.ceil, _TOL  # ceilings with slack: x within rounding of an int is that int
     steps = (1.0 - carry) / rate
-    deadline = _ceil(steps)
-    overlaps = 0 if abs(steps - round(steps)) <= _TOL else 1
+    deadline = ceil(steps - tol)
+    overlaps = 0 if abs(steps - round(steps)) <= tol else 1
     group = 0
-    if 0.5 - _TOL <= rate < 1.0:
+    if 0.5 - tol <= rate < 1.0:
         rest = 1.0 - rate
-        group = _ceil((_ceil(deadline * rest - carry) + carry) / rest)
+        group = ceil((ceil(deadline * rest - carry - tol) + carry) / rest - tol)
     return deadline, -overlaps, -group, -(carry + rate)
 
 

@@ -155,3 +155,25 @@ def test_a_mixtures_numbers_are_constant_weights_saved_as_fixed():
     fractions = mix.state_dict()["fractions"]
     assert fractions["a"] == {"fixed": 3.0}
     assert fractions["b"] == {"schedule": Linear(1.0, 0.0, 10).to_config()}
+
+
+# -- what every buffer shares (buffers/base.py) ----------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["replay", "offline_to_online", "mixture"])
+def test_every_buffer_resolves_a_missing_batch_size_the_same_way(kind):
+    data = OfflineDataset.from_tensordict(rows(10, 0.0))
+    rb = {
+        "replay": lambda: data,
+        "offline_to_online": lambda: OfflineToOnlineReplayBuffer(data, online_capacity=4),
+        "mixture": lambda: MixtureReplayBuffer({"a": data}, {"a": 1}),
+    }[kind]()
+    with pytest.raises(
+        ValueError,
+        match=r"batch_size must be provided either in __init__ or sample\(\): pass "
+        r"sample\(batch_size\) or set batch_size= at construction",
+    ):
+        rb.sample()
+    with pytest.raises(ValueError, match="batch_size must be a positive int, got 0"):
+        rb.sample(0)
+    assert rb.sample(3).batch_size == (3,)

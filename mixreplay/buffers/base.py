@@ -89,6 +89,7 @@ class BufferBase(Generic[R]):
         self._prefetch = check_prefetch(prefetch, self._batch_size)
         self._pin_memory = check_pin_memory(pin_memory)
         self._prefetcher = None  # started by the first sample()
+        self._prefetch_stamp: int | None = None  # the transforms the queued batches went through
         self._generator = make_generator(generator)
         self._transform = Compose.of(transform)
 
@@ -147,8 +148,19 @@ class BufferBase(Generic[R]):
             prefetcher.discard()
         return self._sample_now(n, info), self._ran_out()
 
+    def _transforms_stamp(self) -> int:
+        """Changes whenever a transform this buffer's batches go through changes."""
+        return self._transform.version
+
     def _check_prefetched(self) -> None:
-        """Before a prefetched batch is handed out: discard the queue if it is stale."""
+        # The transforms changed since the queued batches were drawn (``rb.transform.append``
+        # or, on a mixing buffer, a source's append_transform): the batches drawn ahead with
+        # the old ones are undone and drawn again, so every batch after the change follows it,
+        # whatever the prefetch thread had done by then.
+        stamp = self._transforms_stamp()
+        if stamp != self._prefetch_stamp:
+            self._prefetch_stamp = stamp
+            self._discard_prefetched()
 
     def _finish(self, batch: TensorDictBase) -> TensorDictBase:
         """The tail of every batch: this buffer's transforms, then pinning."""

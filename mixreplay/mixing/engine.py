@@ -102,7 +102,6 @@ class MixingBuffer(BufferBase[MixedDraw]):
             if len(src):
                 self._check_source_key(src.stored_schema)
         self._refresh_layout()
-        self._prefetch_stamp = self._fused_stamp  # the sources' transforms the queue was drawn with
 
     # -- subclass hooks --------------------------------------------------------------------
 
@@ -165,8 +164,8 @@ class MixingBuffer(BufferBase[MixedDraw]):
         return index
 
     def _transforms_stamp(self) -> int:
-        # versions only grow, so the sum changes whenever any source's transforms change
-        return sum([s.transforms_version for s in self._sources])
+        # versions only grow, so the sum changes whenever any transform changes
+        return sum([s.transforms_version for s in self._sources]) + self._transform.version
 
     def _refresh_layout(self) -> None:
         """Decide the fast path: every source gathers packed rows of one layout, untransformed."""
@@ -237,15 +236,6 @@ class MixingBuffer(BufferBase[MixedDraw]):
         for src, saved in zip(self._sources, state[1]):
             src.restore_draw_state(saved)
         self._restore_split_state(state[2])
-
-    def _check_prefetched(self) -> None:
-        # A source's transforms changed (source.append_transform): the batches drawn ahead
-        # with the old ones are undone and drawn again, so every batch after the change
-        # follows it, whatever the prefetch thread had done by then.
-        stamp = self._transforms_stamp()
-        if stamp != self._prefetch_stamp:
-            self._prefetch_stamp = stamp
-            self._discard_prefetched()
 
     def _fractions_changed(self) -> None:
         # Batches drawn ahead keep their split only while it is still the current one.

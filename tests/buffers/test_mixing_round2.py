@@ -10,6 +10,7 @@ from mixreplay import (
     MixtureReplayBuffer,
     OfflineDataset,
     OfflineToOnlineReplayBuffer,
+    ReplayBuffer,
     SamplerWithoutReplacement,
 )
 from mixreplay.schedules import Linear
@@ -223,3 +224,24 @@ def test_a_carry_beyond_one_row_under_a_schedule_is_saved_and_resumed(tmp_path):
     assert twin._carry == mix._carry
     for _ in range(5):
         assert_same(twin.sample(), mix.sample())
+
+
+def test_a_transform_appended_to_a_buffers_own_chain_applies_to_the_next_prefetched_batch():
+    """``rb.transform.append(...)`` (TorchRL's spelling of append_transform) is followed too."""
+
+    def make(prefetch):
+        rb = ReplayBuffer(
+            storage=LazyTensorStorage(30), batch_size=4, generator=2, prefetch=prefetch
+        )
+        rb.extend(ted_rows(30))
+        return rb
+
+    rb, twin = make(2), make(None)
+    assert_same(rb.sample(), twin.sample())
+    for buf in (rb, twin):
+        buf.transform.append(tagged(100))
+    for _ in range(3):
+        batch = rb.sample()
+        assert (batch["observation"] >= 100).all()
+        assert_same(batch, twin.sample())
+    rb.close()

@@ -8,8 +8,9 @@ refused otherwise with an error that names it and the mixreplay way.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
+
+from mixreplay._validate import TorchRLTable, check_torchrl_kwargs
 
 __all__ = [
     "UNSUPPORTED",
@@ -17,19 +18,8 @@ __all__ = [
     "UNSUPPORTED_STORAGE_METHODS",
     "check_storage_args",
     "check_unsupported",
-    "shown",
     "unsupported_method",
 ]
-
-
-def shown(value: Any) -> str:
-    """``repr(value)`` for a message, shortened; never raises (a TorchRL writer that is not
-    attached to a storage fails in its own ``repr``)."""
-    try:
-        text = repr(value)
-    except Exception:
-        text = f"<{type(value).__name__} object>"
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _is_torchrl(value: Any, *names: str) -> bool:
@@ -54,7 +44,7 @@ def round_robin_writer(value: Any) -> bool:
 
 #: argument -> (values that mean mixreplay's own behaviour, or a test of the value; the
 #: mixreplay way)
-UNSUPPORTED: dict[str, tuple[tuple | Callable[[Any], bool], str]] = {
+UNSUPPORTED: TorchRLTable = {
     "writer": (
         round_robin_writer,
         "rows are written in ring order: TorchRL's RoundRobinWriter() is accepted (not a "
@@ -105,31 +95,13 @@ UNSUPPORTED: dict[str, tuple[tuple | Callable[[Any], bool], str]] = {
 }
 
 
-def _accepted(value: Any, accepted: tuple | Callable[[Any], bool]) -> bool:
-    if callable(accepted):
-        return accepted(value)
-    return any(value is a or (type(value) is type(a) and value == a) for a in accepted)
-
-
-def check_unsupported(owner: str, kwargs: dict, table: dict | None = None) -> None:
+def check_unsupported(owner: str, kwargs: dict) -> None:
     """Raise ``TypeError`` for a keyword that is unknown, or a TorchRL one with a value mixreplay lacks."""
-    table = UNSUPPORTED if table is None else table
-    for name, value in kwargs.items():
-        if name not in table:
-            raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}")
-        accepted, way = table[name]
-        if not _accepted(value, accepted):
-            only = (
-                "TorchRL's default" if callable(accepted) else " / ".join(repr(a) for a in accepted)
-            )
-            raise TypeError(
-                f"{owner} does not support TorchRL's {name}={shown(value)} (only {only}, "
-                f"which is mixreplay's behaviour); {way}"
-            )
+    check_torchrl_kwargs(owner, kwargs, UNSUPPORTED)
 
 
 #: TorchRL storage arguments -> (accepted values, the mixreplay way)
-STORAGE_ARGS: dict[str, tuple[tuple | Callable[[Any], bool], str]] = {
+STORAGE_ARGS: TorchRLTable = {
     "compilable": (
         (None, False),
         "mixreplay's storages run eagerly (no torch.compile support); compile the learner's "
@@ -149,7 +121,7 @@ STORAGE_ARGS: dict[str, tuple[tuple | Callable[[Any], bool], str]] = {
 
 def check_storage_args(owner: str, kwargs: dict) -> None:
     """Refuse TorchRL storage arguments mixreplay cannot honour (``TypeError``, naming the way)."""
-    check_unsupported(owner, kwargs, STORAGE_ARGS)
+    check_torchrl_kwargs(owner, kwargs, STORAGE_ARGS)
 
 
 _SERVICE = "mixreplay has no replay service of its own; host the buffer in a Ray actor with mixreplay.distributed"

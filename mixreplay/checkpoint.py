@@ -29,8 +29,11 @@ Readers and writers of one path in several processes or threads do not disturb
 each other: every save succeeds (the last one wins) and every read returns a whole
 checkpoint, the one before a concurrent save or the one it writes.
 
-Versions: format 2 (this one) holds each owner's ``state_dict()``; format 1
-(mixreplay before the state redesign) is migrated when read. Every failure to
+Versions: format 3 (this one) holds each owner's ``state_dict()``, samplers and
+storages under their registered names (``config_name``, never a module path, so
+moving a class breaks no checkpoint); format 2 (the same, with samplers named by
+module path) and format 1 (mixreplay before the state redesign) are migrated
+when read. Every failure to
 load raises :class:`~mixreplay.errors.CheckpointError` before the buffer is
 touched (a missing checkpoint is a :class:`~mixreplay.errors.CheckpointNotFoundError`,
 also a ``FileNotFoundError``).
@@ -61,6 +64,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from mixreplay._state import saved_name
 from mixreplay.errors import CheckpointError, CheckpointNotFoundError
 from mixreplay.persist import (
     Format,
@@ -165,12 +169,31 @@ def _from_v1(meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# -- format 2 (samplers named by module path) ------------------------------------------------
+
+
+def _renamed_samplers(state: Any) -> Any:
+    if isinstance(state, dict):
+        out = {key: _renamed_samplers(value) for key, value in state.items()}
+        sampler = out.get("sampler")
+        if isinstance(sampler, dict) and isinstance(sampler.get("type"), str):
+            out["sampler"] = sampler | {"type": saved_name(sampler["type"])}
+        return out
+    return state
+
+
+def _from_v2(meta: dict[str, Any]) -> dict[str, Any]:
+    """Format 2 saved samplers under their module path; format 3 under their registered name
+    (``mixreplay.samplers.prioritized.PrioritizedSampler`` is ``PrioritizedSampler``)."""
+    return meta | {"state": _renamed_samplers(meta["state"])}
+
+
 FORMAT = Format(
     name="mixreplay-checkpoint",
-    version=2,
+    version=3,
     error=CheckpointError,
     what="checkpoint",
-    migrations={1: _from_v1},
+    migrations={1: _from_v1, 2: _from_v2},
 )
 
 

@@ -374,6 +374,8 @@ def describe_dataset(ds: Any, dataset_id: str | None = None) -> str:
     Reads a mixreplay dataset column by column, and anything else that has ``len()``
     and row slices (``ds[a:b]``, e.g. a TorchRL dataset) slice by slice.
     """
+    from mixreplay.schema import format_key  # imports torch: not at module import (--help)
+
     lines = []
     if dataset_id:
         lines.append(f"dataset       {dataset_id}")
@@ -399,14 +401,14 @@ def describe_dataset(ds: Any, dataset_id: str | None = None) -> str:
     metadata = getattr(ds, "metadata", None)
     once = metadata.get("dedup_next") if isinstance(metadata, dict) else None
     if once:
-        keys = ", ".join(_format_key(tuple(k)) for k in once)
+        keys = ", ".join(format_key(tuple(k)) for k in once)
         lines.append(f"stored once   {keys} (dedup_next: read from the following row)")
     if schema:
-        width = max([len("key")] + [len(_format_key(k)) for k in schema])
+        width = max([len("key")] + [len(format_key(k)) for k in schema])
         lines.append("schema")
         lines.append(f"  {'key':<{width}}  {'shape':<10} dtype")
         for key, (shape, dtype) in schema.items():
-            lines.append(f"  {_format_key(key):<{width}}  {str(shape):<10} {dtype}")
+            lines.append(f"  {format_key(key):<{width}}  {str(shape):<10} {dtype}")
     if ("next", "reward") in schema and episodes:
         returns = episode_returns(ds)
         std = returns.std().item() if returns.numel() > 1 else 0.0
@@ -427,10 +429,6 @@ def describe_dataset(ds: Any, dataset_id: str | None = None) -> str:
     else:
         lines.append("returns       n/a (no ('next', 'reward') key)")
     return "\n".join(lines)
-
-
-def _format_key(key: tuple[str, ...]) -> str:
-    return repr(key[0]) if len(key) == 1 else repr(key)
 
 
 def _with_progress(entry: Any, dataset_id: str, kwargs: dict[str, Any]) -> list[_Progress]:

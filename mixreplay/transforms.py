@@ -87,6 +87,9 @@ class Compose:
     def __init__(self, *transforms: Transform):
         self._items: list[Transform] = []
         self.writes = False  # whether any transform has a write side (see write_side)
+        #: counts the changes of this chain: a mixing buffer compares it to notice that a
+        #: source's transforms changed (it then redraws the batches it prefetched)
+        self.version = 0
         for t in transforms:
             self.append(t)
 
@@ -108,6 +111,7 @@ class Compose:
             )
         )
         self.writes = self.writes or write_side(transform) is not None
+        self.version += 1
 
     def insert(self, index: int, transform: Transform) -> None:
         """Run ``transform`` at position ``index``, ``-len .. len`` (``ValueError`` outside)."""
@@ -124,6 +128,7 @@ class Compose:
             ),
         )
         self.writes = self.writes or write_side(transform) is not None
+        self.version += 1
 
     def __call__(self, td: Any) -> Any:
         for t in self._items:

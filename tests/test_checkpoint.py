@@ -277,7 +277,7 @@ def test_metadata_records_the_run(tmp_path):
     rb.set_step(4)
     rb.dumps(tmp_path / "ck")
     meta = json.loads((tmp_path / "ck" / METADATA).read_text())
-    assert meta["format"] == "mixreplay-checkpoint" and meta["format_version"] == 2
+    assert meta["format"] == "mixreplay-checkpoint" and meta["format_version"] == 3
     assert meta["mixreplay_version"] and meta["checksum"].startswith("sha256:")
     state = meta["state"]
     assert state["kind"] == "OfflineToOnlineReplayBuffer"
@@ -409,7 +409,7 @@ CORRUPTIONS = {
         lambda p: _edit_metadata(
             p, lambda m: m["state"]["fraction"].update(base_offline_fraction=0.9), fix_checksum=None
         ),
-        "metadata.json has no checksum, which every checkpoint of format version 2 carries",
+        "metadata.json has no checksum, which every checkpoint of format version 3 carries",
     ),
     "format 1 claimed, without a checksum": (
         lambda p: _edit_metadata(p, lambda m: m.update(format_version=1), fix_checksum=None),
@@ -417,7 +417,7 @@ CORRUPTIONS = {
     ),
     "unknown format version": (
         lambda p: _edit_metadata(p, lambda m: m.update(format_version=99), fix_checksum=True),
-        r"in checkpoint format version 99; this mixreplay .* reads versions 1 to 2: upgrade mixreplay",
+        r"in checkpoint format version 99; this mixreplay .* reads versions 1 to 3: upgrade mixreplay",
     ),
     "not a checkpoint format": (
         lambda p: _edit_metadata(p, lambda m: m.update(format="something-else"), fix_checksum=True),
@@ -538,9 +538,8 @@ MISFITS = {
             generator=5,
         ),
         None,
-        r"saved with a mixreplay.samplers.RandomSampler, this buffer samples with a "
-        r"mixreplay.samplers.without_replacement.SamplerWithoutReplacement; build the buffer "
-        r"with the same sampler",
+        r"saved with a RandomSampler, this buffer samples with a SamplerWithoutReplacement; "
+        r"build the buffer with the same sampler",
     ),
     "another schema in the buffer": (
         lambda: ReplayBuffer(storage=LazyTensorStorage(10), generator=3),
@@ -888,7 +887,7 @@ def test_format_1_checkpoints_load_and_draw_what_the_old_version_drew(name, tmp_
     }
     assert got == expected
     rb.dumps(tmp_path / "again")  # and is saved in the current format
-    assert json.loads((tmp_path / "again" / METADATA).read_text())["format_version"] == 2
+    assert json.loads((tmp_path / "again" / METADATA).read_text())["format_version"] == 3
 
 
 def test_the_annealed_fraction_of_a_format_1_checkpoint_resumes_as_it_was(tmp_path):
@@ -903,11 +902,11 @@ def test_the_annealed_fraction_of_a_format_1_checkpoint_resumes_as_it_was(tmp_pa
 def test_a_checkpoint_of_a_newer_format_says_so(tmp_path):
     path = _saved(tmp_path)
     _edit_metadata(
-        path, lambda m: m.update(format_version=3, mixreplay_version="9.0"), fix_checksum=True
+        path, lambda m: m.update(format_version=4, mixreplay_version="9.0"), fix_checksum=True
     )
     with pytest.raises(
         CheckpointError,
-        match="written by mixreplay '9.0' in checkpoint format version 3; .*upgrade",
+        match="written by mixreplay '9.0' in checkpoint format version 4; .*upgrade",
     ):
         _o2o(10, None).loads(path)
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import logging
-import operator
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -14,18 +13,17 @@ from tensordict import TensorDict, TensorDictBase
 from mixreplay import data_types
 from mixreplay._state import Plan, generator_state, plan_generator, plan_sampler, sampler_state
 from mixreplay._torchrl_args import UNSUPPORTED_METHODS, check_unsupported, unsupported_method
-from mixreplay._validate import check_bool, check_callable, check_int, describe
-from mixreplay.buffers.base import BufferBase
+from mixreplay._validate import check_bool, check_callable, describe
+from mixreplay.buffers.base import BufferBase, check_batch_size, make_generator
 from mixreplay.errors import CheckpointError, EmptyBufferError
 from mixreplay.layout import new_tensordict
-from mixreplay.prefetch import Prefetcher, check_pin_memory, check_prefetch, pin
 from mixreplay.samplers import RandomSampler, Sampler
 from mixreplay.storages.base import Storage
 from mixreplay.storages.foreign import adapt_storage, looks_like_storage
 from mixreplay.storages.ring import LazyTensorStorage
-from mixreplay.transforms import Compose, Inverted, Transform
+from mixreplay.transforms import Inverted, Transform
 
-__all__ = ["DEFAULT_CAPACITY", "ReplayBuffer", "check_batch_size", "make_generator"]
+__all__ = ["DEFAULT_CAPACITY", "ReplayBuffer", "Sampled", "check_batch_size", "make_generator"]
 
 log = logging.getLogger(__name__)
 
@@ -58,36 +56,15 @@ def _no_rows(data: Any) -> bool:
     return shape is not None and len(shape) > 0 and shape[0] == 0
 
 
-def make_generator(generator: torch.Generator | int | None) -> torch.Generator:
-    """The buffer's own generator: given, seeded from an int, or freshly seeded.
+class Sampled(NamedTuple):
+    """One batch of a :class:`ReplayBuffer` (what the prefetch queue holds)."""
 
-    A fresh one is seeded from the OS, not from torch's global RNG, which
-    library code never touches.
-    """
-    if generator is None:
-        g = torch.Generator()
-        g.seed()
-        return g
-    if isinstance(generator, torch.Generator):
-        return generator
-    try:
-        seed = operator.index(generator) if not isinstance(generator, bool) else None
-    except TypeError:
-        seed = None
-    if seed is None:
-        raise TypeError(
-            f"generator must be a torch.Generator or an int seed, got {describe(generator)}; "
-            "e.g. generator=0 or generator=torch.Generator().manual_seed(0)"
-        )
-    return torch.Generator().manual_seed(seed)
+    batch: TensorDictBase
+    #: ``"index"`` (and ``"weight"``) per row, when asked for
+    info: TensorDict | None
 
 
-def check_batch_size(batch_size: Any, *, name: str = "batch_size") -> int:
-    """A batch size: a positive int (NumPy and 0-dim tensor integers accepted)."""
-    return check_int(batch_size, name, min=1, what="a positive int")
-
-
-class ReplayBuffer(BufferBase):
+class ReplayBuffer(BufferBase[Sampled]):
     """Rows in a storage, drawn by a sampler with the buffer's own generator.
 
     TorchRL's ``ReplayBuffer`` with the same arguments and meaning, for the data types
@@ -197,20 +174,11 @@ class ReplayBuffer(BufferBase):
             )
         sampler.attach(storage)  # sizes what it keeps by the storage, checks it fits
         self._sampler: Sampler = sampler
-        self._batch_size = None if batch_size is None else check_batch_size(batch_size)
-        self._generator = make_generator(generator)
-        self._transform = Compose.of(transform)
+        self._init_buffer(batch_size, generator, transform, prefetch, pin_memory)
         for t in self._transform:
             _eval(t)
-        self._prefetch = check_prefetch(prefetch, self._batch_size)
-        self._pin_memory = check_pin_memory(pin_memory)
-        self._prefetcher: Prefetcher | None = None  # started by the first sample()
 
     # -- prefetching (mixreplay.prefetch) --------------------------------------------------
-
-    def _prefetch_draw(self) -> tuple[TensorDictBase, TensorDict | None]:
-        assert self._batch_size is not None  # prefetching needs a batch size
-        return self._sample_now(self._batch_size, info=True)
 
     def _draw_snapshot(self):
         return self._generator.get_state(), self._sampler.draw_state()
@@ -358,43 +326,64 @@ class ReplayBuffer(BufferBase):
 
     # -- reading ---------------------------------------------------------------------------
 
-    def _resolve_batch_size(self, batch_size: int | None) -> int:
-        if batch_size is None:
-            if self._batch_size is None:
-                raise ValueError(
-                    "batch_size is needed: pass sample(batch_size) or set batch_size= at construction"
-                )
-            return self._batch_size
-        return check_batch_size(batch_size)
-
-    def draw(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """Row indices of a batch of ``n``, drawn by this buffer's sampler with ``generator``."""
-        if len(self._storage) == 0:
-            raise EmptyBufferError(EMPTY_MESSAGE)
-        return self.draw_unlocked(n, generator)
-
-    def draw_unlocked(self, n: int, generator: torch.Generator) -> torch.Tensor:
+    def _draw_exact(
+        self, n: int, generator: torch.Generator, index: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Exactly ``n`` row indices (caller holds the storage lock).
 
         A sampler that ends an epoch with a short chunk
-        (:class:`~mixreplay.SamplerWithoutReplacement`) is asked again for the rest; one
-        that returns rows of its own number (``variable_length``) is refused.
+        (:class:`~mixreplay.SamplerWithoutReplacement`) is asked again for the rest;
+        for a sampler that draws distinct rows, the rows of the next epoch that the
+        short chunk already holds are passed over (and asked for again), so the ``n``
+        rows stay distinct (``n`` never exceeds the rows held: the mixing buffer checks).
         """
-        if self._sampler.variable_length:
-            raise ValueError(
-                f"{self._sampler!r} returns slices of varying length, so it cannot give a "
-                f"mixing buffer its exact share of {n} rows; use pad_output=True (whole slices, "
-                "padded, with a mask) or strict_length=True without span"
-            )
-        index = self._sampler.sample(self._storage, n, generator)
+        storage, sampler = self._storage, self._sampler
+        if index is None:
+            index = sampler.sample(storage, n, generator)
         while index.numel() < n:
-            index = torch.cat(
-                [index, self._sampler.sample(self._storage, n - index.numel(), generator)]
-            )
+            more = sampler.sample(storage, n - index.numel(), generator)
+            if not sampler.replacement:
+                more = more[~torch.isin(more, index)]
+            index = torch.cat([index, more])
         return index
 
-    def _sample_now(self, n: int, *, info: bool):
-        """Draw, gather and transform one batch: ``(batch, info or None)``."""
+    def draw(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Exactly ``n`` row indices, drawn by this buffer's sampler with ``generator``."""
+        with self._storage.lock:
+            if len(self._storage) == 0:
+                raise EmptyBufferError(EMPTY_MESSAGE)
+            return self._draw_exact(n, generator)
+
+    def draw_rows(self, n: int, generator: torch.Generator) -> tuple[TensorDictBase, torch.Tensor]:
+        """``n`` rows drawn with ``generator``, after this buffer's transforms, and their slots.
+
+        What a mixing buffer asks of a source: the draw and the gather hold this
+        buffer's lock; the transforms run after it is released.
+        """
+        with self._storage.lock:
+            index = self._draw_exact(n, generator)
+            rows = self._storage.gather_unlocked(index)
+        if self._transform:
+            rows = self._transform(rows)
+        return rows, index
+
+    def draw_into(self, n: int, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
+        """Draw ``n`` rows with ``generator`` and copy their packed words into ``out``.
+
+        The fast path of a mixing buffer: ``out`` is this source's part of a packed
+        batch (``[n, row_words]`` int64, see :class:`~mixreplay.layout.RowLayout`);
+        no transform runs. Returns the slots drawn.
+        """
+        storage = self._storage
+        with storage.lock:
+            index = self._sampler.sample(storage, n, generator)
+            if index.numel() != n:  # an epoch ended with a short chunk
+                index = self._draw_exact(n, generator, index)
+            storage.gather_into(index, out)
+        return index
+
+    def _sample_now(self, n: int, info: bool) -> Sampled:
+        """Draw, gather and transform one batch."""
         storage = self._storage
         with storage.lock:
             if len(storage) == 0:
@@ -408,35 +397,16 @@ class ReplayBuffer(BufferBase):
             batch = codec.decode(batch)
         if self._collate_fn is not None:
             batch = self._collate_fn(batch)
-        if self._transform:
-            batch = self._transform(batch)
-        if self._pin_memory:
-            batch = pin(batch)
+        batch = self._finish(batch)
         if not info:
-            return batch, None
+            return Sampled(batch, None)
         leaves = {"index": index}
         if weight is not None:  # "priority_weight": TorchRL's name for the same weights
             leaves.update(weight=weight, priority_weight=weight)
         out = new_tensordict(leaves, torch.Size([index.numel()]))
         for key, value in (extra or {}).items():  # a sampler's own entries (TorchRL's slices)
             out.set(key, value)
-        return batch, out
-
-    def _next(self, batch_size: int | None, info: bool):
-        """``(batch, info, ran_out)``: from the prefetch queue when it holds this size."""
-        n = self._resolve_batch_size(batch_size)
-        prefetcher = self._prefetching()
-        if prefetcher is not None and n == self._batch_size:
-            result, ran_out = prefetcher.next()
-            drawn: TensorDictBase = result[0]  # type: ignore[index]
-            out: TensorDict | None = result[1]  # type: ignore[index]
-            return drawn, out, ran_out
-        if prefetcher is not None:
-            # Another size: the queued batches are undone, so the sequence stays that of a
-            # buffer without prefetching.
-            prefetcher.discard()
-        batch, out = self._sample_now(n, info=info)
-        return batch, out, self._ran_out()
+        return Sampled(batch, out)
 
     def sample(self, batch_size: int | None = None, *, return_info: bool = False):
         """Draw a ``[batch_size]`` batch (new memory; writing to it changes nothing stored).
@@ -447,8 +417,8 @@ class ReplayBuffer(BufferBase):
         entries (TorchRL's slice entries, see :class:`~mixreplay.SliceSampler`).
         With ``prefetch``, the batch comes from the prefetch thread (see :mod:`mixreplay.prefetch`).
         """
-        batch, info, _ = self._next(batch_size, return_info)
-        return (batch, info) if return_info else batch
+        drawn, _ = self._draw(batch_size, return_info)
+        return (drawn.batch, drawn.info) if return_info else drawn.batch
 
     def __iter__(self):
         """Sampled batches of ``batch_size``: endless, or one epoch for a sampler that has them."""
@@ -458,8 +428,8 @@ class ReplayBuffer(BufferBase):
                 "batches, so set batch_size= at construction (or call sample(n) in a loop)"
             )
         while True:
-            batch, _, ran_out = self._next(None, False)
-            yield batch
+            drawn, ran_out = self._draw(None, False)
+            yield drawn.batch
             if ran_out:
                 return
 
@@ -560,12 +530,7 @@ class ReplayBuffer(BufferBase):
         the sampler state only if the row count matches.
         """
         name = type(self).__name__
-        if not isinstance(state, dict):
-            raise CheckpointError(f"a {name} state is a dict, got {type(state).__name__}")
-        if state.get("kind") != name:
-            raise CheckpointError(
-                f"the state holds a {state.get('kind')}, not a {name}; load it into a {state.get('kind')}"
-            )
+        state = self._check_kind(state)
         plans: list[Plan] = []
         storage = self._storage
         saved = state.get("storage")

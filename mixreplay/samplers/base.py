@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from mixreplay.storages.base import Storage
 
-__all__ = ["Sampler", "upgrade_saved_sampler"]
+__all__ = ["Sampler"]
 
 
 class Sampler:
@@ -48,6 +48,11 @@ class Sampler:
     (``sample(storage, batch_size) -> (index, info)``) is refused when the class
     is defined.
 
+    A checkpoint names a sampler by :attr:`config_name` (its class name unless the
+    class sets it), never by module path: moving a sampler class to another module
+    keeps every checkpoint that names it loadable; renaming one means setting
+    ``config_name`` to the old name.
+
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
@@ -74,9 +79,13 @@ class Sampler:
     #: whether a draw may return a number of rows of its own choosing (slices of varying
     #: length); a mixing buffer, which needs exact shares, cannot use such a sampler.
     variable_length: bool = False
+    #: the name a checkpoint saves this sampler under (the class name by default)
+    config_name: ClassVar[str] = "Sampler"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if "config_name" not in cls.__dict__:
+            cls.config_name = cls.__name__
         sample = cls.__dict__.get("sample")
         if sample is None or not inspect.isfunction(sample):
             return
@@ -221,38 +230,5 @@ _TORCHRL_METHODS: dict[str, str] = {
 }
 
 
-# Their public home: checkpoints name a sampler by module and class, and pickles find it there.
+# Its public home, where pickles find it (checkpoints name a sampler by config_name).
 Sampler.__module__ = "mixreplay.samplers"
-
-
-def upgrade_saved_sampler(saved: Any) -> Any:
-    """A sampler entry of a checkpoint written by an earlier mixreplay, in today's terms.
-
-    - ``RandomSampler(replacement=False)`` once drew ``n`` distinct rows per batch and
-      kept no state; the same call now builds a ``SamplerWithoutReplacement`` (TorchRL's
-      meaning): its entry loads as that sampler at the start of a fresh epoch.
-    - ``SliceSampler`` once drew every valid start equally likely; it now draws as
-      TorchRL does unless built with ``uniform_over="starts"``: an entry without that
-      setting says ``"starts"``, so resuming it with today's default is refused (the
-      sampling would silently change) and the error names the setting to pass.
-
-    Other entries pass through unchanged.
-    """
-    if not isinstance(saved, dict) or not isinstance(saved.get("config"), dict):
-        return saved
-    kind, config = saved.get("type"), saved["config"]
-    if kind == "mixreplay.samplers.RandomSampler" and config == {"replacement": False}:
-        return {
-            "type": "mixreplay.samplers.without_replacement.SamplerWithoutReplacement",
-            "config": {"drop_last": False, "shuffle": True},
-            "state": {
-                "order": torch.empty(0, dtype=torch.int64),
-                "pos": 0,
-                "len": 0,
-                "ran_out": False,
-                "started": False,
-            },
-        }
-    if kind == "mixreplay.samplers.slice.SliceSampler" and "uniform_over" not in config:
-        return {**saved, "config": {**config, "uniform_over": "starts"}}
-    return saved

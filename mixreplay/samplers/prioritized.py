@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from mixreplay._validate import check_bool, check_int, check_real, describe
+from mixreplay._validate import check_bool, check_int, check_real, check_saved_int, describe
 from mixreplay.errors import CheckpointError, EmptyBufferError, PriorityError
 from mixreplay.samplers._torchrl import Table, check_torchrl_kwargs
 from mixreplay.samplers.base import Sampler
@@ -797,9 +797,7 @@ def _is_int(value: Any) -> bool:
 
 
 def _state_int(value: Any, name: str, bad: Any, lo: int = 0) -> int:
-    if isinstance(value, bool) or not _is_int(value) or operator.index(value) < lo:
-        raise bad(f"{name!r} must be an int >= {lo}, got {describe(value)}")
-    return operator.index(value)
+    return check_saved_int(value, repr(name), min=lo, error=bad)
 
 
 def _device(device: Any) -> torch.device:

@@ -197,10 +197,18 @@ class Storage(Locked, abc.ABC):
 
     writable: ClassVar[bool] = True
     packed: ClassVar[bool] = False
+    #: the name a checkpoint saves this storage under (the class name by default): moving
+    #: the class to another module changes nothing saved; renaming it means setting this
+    config_name: ClassVar[str] = "Storage"
     max_size: int
     device: torch.device
     #: how rows map to the type the storage's first write had (``None``: TensorDict rows)
     codec: Codec | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "config_name" not in cls.__dict__:
+            cls.config_name = cls.__name__
 
     def __init__(self) -> None:
         super().__init__()
@@ -260,6 +268,13 @@ class Storage(Locked, abc.ABC):
     @abc.abstractmethod
     def gather_unlocked(self, index: torch.Tensor) -> TensorDictBase:
         """Rows ``index`` as a new ``[len(index)]`` TensorDict (caller holds :attr:`lock`)."""
+
+    def gather_into(self, index: torch.Tensor, out: torch.Tensor) -> None:
+        """Copy rows ``index`` into packed ``out`` (``[len(index), W]``; caller holds :attr:`lock`).
+
+        Only for storages that pack their rows (:attr:`packed`): a mixing buffer's fast path.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not pack its rows")
 
     def gather(self, index: torch.Tensor) -> TensorDictBase:
         """Rows ``index`` (an int64 tensor of valid slots) as a new ``[len(index)]`` TensorDict."""
@@ -377,7 +392,7 @@ class Storage(Locked, abc.ABC):
         schema = self.schema
         return {
             "reference": True,
-            "type": type(self).__name__,
+            "type": self.config_name,
             "rows": len(self),
             "schema": None if schema is None else schema.to_json(),
             "fingerprint": self.fingerprint,

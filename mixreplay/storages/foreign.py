@@ -108,7 +108,7 @@ class ForeignStorage(Storage):
                 td = self.gather_unlocked(torch.arange(n))
                 columns = [{"key": list(k), "value": td.get(k)} for k in self._schema]
             return {
-                "type": type(self).__name__,
+                "type": self.config_name,
                 "inner": type(self.inner).__name__,
                 "max_size": self.max_size,
                 "schema": None if self._schema is None else self._schema.to_json(),
@@ -120,7 +120,7 @@ class ForeignStorage(Storage):
             }
 
     def plan_load_state_dict(self, state: Any) -> Callable[[], None]:
-        if not isinstance(state, dict) or state.get("type") != type(self).__name__:
+        if not isinstance(state, dict) or state.get("type") != self.config_name:
             raise CheckpointError(f"not a saved ForeignStorage state: {str(state)[:80]}")
         if state.get("max_size") != self.max_size:
             raise CheckpointError(

@@ -27,7 +27,7 @@ import torch
 from tensordict import TensorDictBase
 
 from mixreplay._torchrl_args import check_storage_args
-from mixreplay._validate import check_bool, check_int, check_path
+from mixreplay._validate import check_bool, check_int, check_path, check_saved_int
 from mixreplay.data_types import codec_from_json, one_row, to_rows
 from mixreplay.errors import CheckpointError, SchemaMismatchError
 from mixreplay.layout import RowLayout
@@ -45,10 +45,7 @@ _STAGING_BYTES = 4 << 20
 
 
 def _state_int(state: dict[str, Any], key: str, lo: int = 0) -> int:
-    value = state.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise CheckpointError(f"storage {key} must be an int >= {lo}, got {value!r}")
-    return value
+    return check_saved_int(state.get(key), f"storage {key}", min=lo)
 
 
 def check_saved_rows(rows: Any, length: int, words: int, what: str = "rows") -> torch.Tensor:
@@ -462,7 +459,7 @@ class TensorStorage(PackedStorage):
             if layout is not None:
                 rows = self.rows.clone() if copy else self.rows
             return {
-                "type": type(self).__name__,
+                "type": self.config_name,
                 "max_size": self.max_size,
                 "schema": None if layout is None else layout.schema.to_json(),
                 "cursor": self._cursor,

@@ -22,7 +22,7 @@ from mixreplay import (
     Sampler,
     SamplerWithoutReplacement,
 )
-from mixreplay.samplers.base import upgrade_saved_sampler
+from mixreplay._state import upgrade_saved_sampler
 
 
 def rows(n: int, start: int = 0) -> TensorDict:

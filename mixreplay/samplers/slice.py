@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 
 from mixreplay._validate import check_bool, check_int
-from mixreplay.errors import EmptyBufferError
+from mixreplay.errors import DataStructureError, EmptyBufferError
 from mixreplay.samplers._torchrl import Table, check_torchrl_kwargs
 from mixreplay.samplers.base import Sampler
 from mixreplay.schema import format_key, normalize_key
@@ -185,6 +185,11 @@ class SliceSampler(Sampler):
         >>> rb.sampler.traj_key  # found by itself, as TorchRL does
         'episode'
     """
+
+    foreign_storage_lead: ClassVar[str] = (
+        "Could not get a tensordict out of the storage, which is required for SliceSampler "
+        "to compute the trajectories: "
+    )
 
     def __init__(
         self,
@@ -813,10 +818,10 @@ class _SliceIndex:
         for key in self.keys:
             column = storage.column(key)
             if column[0].numel() != 1:
-                raise TypeError(
-                    f"end key {format_key(key)} must hold one flag per row, got shape "
-                    f"{list(column.shape[1:])} per row (TorchRL: the end-of-trajectory signal "
-                    "must be 1-dimensional)"
+                raise DataStructureError(  # a TypeError, and TorchRL's RuntimeError
+                    "Expected the end-of-trajectory signal to be 1-dimensional: end key "
+                    f"{format_key(key)} must hold one flag per row, got shape "
+                    f"{list(column.shape[1:])} per row"
                 )
             flags = column[a:b].reshape(b - a)
             flags = flags if flags.dtype == torch.bool else flags != 0

@@ -388,7 +388,6 @@ class TestSamplers:
     @pytest.mark.parametrize("done_key", ["done", ("some", "done")])
     @pytest.mark.parametrize("match_episode", [True, False])
     @pytest.mark.parametrize("device", get_default_devices())
-    @DIFF_STANDALONE
     def test_slice_sampler(
         self,
         batch_size,
@@ -552,7 +551,6 @@ class TestSamplers:
         else:
             raise AssertionError
 
-    @DIFF_STANDALONE
     def test_slice_sampler_errors(self):
         device = "cpu"
         batch_size, num_slices = 100, 20

@@ -596,6 +596,29 @@ class SliceSampler(Sampler):
             t = t.remainder_(cap)
         return t.reshape(-1)
 
+    def _get_stop_and_length(
+        self, storage: Storage
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The episodes ``storage`` holds, as TorchRL's slice sampler reports them.
+
+        Returns ``(start, stop, length)``: the first and last slot of each episode
+        (``[episodes, 1]`` int64) and its number of steps (``[episodes]``), oldest
+        episode first; the newest one ends at the last row written whether or not it
+        is done. TorchRL's tests read this (a private name in TorchRL); it is a view
+        of the episode list this sampler draws from, found with the same keys.
+
+        Raises:
+            EmptyBufferError: the storage holds no rows.
+        """
+        with storage.lock:
+            if len(storage) == 0:
+                raise EmptyBufferError(
+                    "cannot list episodes: the storage holds no rows; write rows first"
+                )
+            first, lengths = self._index(storage, self.slice_len or 1).episodes()
+            stop = (first + lengths - 1).remainder_(storage.max_size)
+            return first.unsqueeze(-1), stop.unsqueeze(-1), lengths.clone()
+
     # -- TorchRL's per-row info ------------------------------------------------------------
 
     def info(self, index: torch.Tensor, storage: Storage) -> dict[Key, torch.Tensor] | None:

@@ -11,7 +11,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from mixreplay import EmptyBufferError, LazyMemmapStorage, LazyTensorStorage
+from mixreplay import EmptyBufferError, LazyMemmapStorage, LazyTensorStorage, ReplayBuffer
 from mixreplay.errors import DataStructureError
 from mixreplay.samplers import (
     PrioritizedSampler,
@@ -202,3 +202,16 @@ def test_a_mixreplay_subclass_answers_torchrls_call_too():
 
     assert Sub().sample(filled(), 2)[0].tolist() == [38, 38]
     assert Sub().sample(filled(), 2, None).tolist() == [38, 38]
+
+
+def test_get_stop_and_length_lists_the_episodes_held_oldest_first_across_the_ring_edge():
+    """TorchRL's tests read a slice sampler's episodes through ``_get_stop_and_length``."""
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=SliceSampler(slice_len=2))
+    x = torch.arange(13)  # episodes of 4 (ends at rows 3, 7, 11); the ring keeps rows 3..12
+    rb.extend(TensorDict({"x": x, ("next", "done"): (x % 4 == 3).unsqueeze(-1)}, [13]))
+    start, stop, length = rb.sampler._get_stop_and_length(rb.storage)
+    assert start.tolist() == [[3], [4], [8], [2]]  # slots; row 12 is slot 2, written last
+    assert stop.tolist() == [[3], [7], [1], [2]]
+    assert length.tolist() == [1, 4, 4, 1]
+    with pytest.raises(EmptyBufferError, match=r"cannot list episodes: the storage holds no rows"):
+        SliceSampler(slice_len=2)._get_stop_and_length(LazyTensorStorage(4))

@@ -2995,7 +2995,6 @@ class TestFindStartStopTraj:
         sampler._find_start_stop_traj(trajectory=trajectory, at_capacity=False)
         assert calls == [5]
 
-    @DIFF_PRIVATE
     def test_end_keys_union(self):
         # Boundaries marked only by `truncated`: a single default end_key
         # (("next", "done")) misses them, the end_keys union recovers them.
@@ -3045,7 +3044,6 @@ class TestFindStartStopTraj:
                 end_keys=[("next", "done"), ("next", "truncated")],
             )
 
-    @DIFF_PRIVATE
     def test_end_keys_all_missing_falls_back(self):
         # None of the end_keys present, but trajectory ids are: the sampler
         # falls back to trajectory-id-based recovery.

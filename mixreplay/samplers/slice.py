@@ -596,6 +596,72 @@ class SliceSampler(Sampler):
             t = t.remainder_(cap)
         return t.reshape(-1)
 
+    #: TorchRL's private boundary methods this class provides as views: a subclass overriding
+    #: one would expect it to change how episodes are found, which it does not here
+    _VIEWS: ClassVar[tuple[str, ...]] = (
+        "_get_stop_and_length",
+        "_find_start_stop_traj",
+        "_end_to_start_stop",
+    )
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in SliceSampler._VIEWS:
+            if name in cls.__dict__:
+                raise TypeError(
+                    f"{cls.__name__} overrides SliceSampler.{name}: in mixreplay it is a view "
+                    "for TorchRL's tests, not how the sampler finds episodes, so overriding it "
+                    "would change nothing drawn; pass traj_key= or end_key=/end_keys= instead"
+                )
+
+    def _find_start_stop_traj(
+        self,
+        *,
+        trajectory: torch.Tensor | None = None,
+        end: torch.Tensor | None = None,
+        at_capacity: bool,
+        cursor: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """TorchRL's episode boundaries of 1-D ids or end flags laid out in slot order.
+
+        ``(start, stop, length)`` as :meth:`_get_stop_and_length`, ordered by last
+        step. An episode ends where the id changes (or at a ``True`` flag), and at
+        the last row unless ``at_capacity`` (a full ring: an episode without an end
+        after the last row goes on at row 0), and at ``cursor`` (the last row
+        written) when given with ``at_capacity``. TorchRL's tests call this private
+        method; it reads only its arguments.
+        """
+        if (trajectory is None) == (end is None):
+            raise TypeError(
+                "Exactly one of trajectory= (episode ids) or end= (end flags) must be given"
+            )
+        given = trajectory if trajectory is not None else end
+        assert given is not None
+        if given.dim() != 1 or given.numel() == 0:
+            raise ValueError(
+                f"_find_start_stop_traj takes one value per row of a 1-D storage, got shape "
+                f"{list(given.shape)}"
+            )
+        if trajectory is not None:
+            last = trajectory != trajectory.roll(-1)
+        else:
+            last = given.to(torch.bool).clone()
+        return self._end_to_start_stop(last, given.numel(), at_capacity, cursor)
+
+    def _end_to_start_stop(
+        self, end: torch.Tensor, length: int, at_capacity: bool = False, cursor: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if not at_capacity:
+            end[-1] = True
+        elif cursor is not None:
+            end[int(cursor) % length] = True
+        stop = end.nonzero().reshape(-1)
+        if stop.numel() == 0:  # a full ring of one episode without an end
+            stop = torch.full((1,), length - 1, dtype=torch.int64, device=end.device)
+        start = (stop.roll(1) + 1).remainder_(length)
+        lengths = (stop - start).remainder_(length).add_(1)
+        return start.unsqueeze(-1), stop.unsqueeze(-1), lengths
+
     def _get_stop_and_length(
         self, storage: Storage
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

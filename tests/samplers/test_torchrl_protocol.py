@@ -215,3 +215,53 @@ def test_get_stop_and_length_lists_the_episodes_held_oldest_first_across_the_rin
     assert length.tolist() == [1, 4, 4, 1]
     with pytest.raises(EmptyBufferError, match=r"cannot list episodes: the storage holds no rows"):
         SliceSampler(slice_len=2)._get_stop_and_length(LazyTensorStorage(4))
+
+
+@pytest.mark.parametrize("given", ["trajectory", "end"])
+def test_find_start_stop_traj_follows_torchrls_rules(given):
+    """Ends where the id changes (or a flag is set); a full ring wraps, the cursor truncates."""
+    ids = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2, 0])
+    flags = torch.zeros(10, dtype=torch.bool)
+    flags[[2, 4, 8]] = True
+    arg = {"trajectory": ids} if given == "trajectory" else {"end": flags}
+    find = SliceSampler(num_slices=2)._find_start_stop_traj
+    start, stop, length = find(at_capacity=False, **arg)
+    assert start.tolist() == [[0], [3], [5], [9]] and stop.tolist() == [[2], [4], [8], [9]]
+    assert length.tolist() == [3, 2, 4, 1]
+    start, stop, length = find(at_capacity=True, **arg)  # row 9 goes on at row 0
+    assert start.tolist() == [[9], [3], [5]] and stop.tolist() == [[2], [4], [8]]
+    assert length.tolist() == [4, 2, 4]
+    start, stop, length = find(at_capacity=True, cursor=6, **arg)  # row 6 was written last
+    assert start.tolist() == [[9], [3], [5], [7]] and stop.tolist() == [[2], [4], [6], [8]]
+    assert length.tolist() == [4, 2, 2, 2]
+    assert flags.sum() == 3  # the caller's flags are left as they were
+
+
+def test_find_start_stop_traj_refuses_what_it_cannot_read():
+    find = SliceSampler(num_slices=2)._find_start_stop_traj
+    with pytest.raises(TypeError, match=r"Exactly one of trajectory= \(episode ids\) or end="):
+        find(at_capacity=True)
+    with pytest.raises(TypeError, match=r"Exactly one of trajectory="):
+        find(trajectory=torch.zeros(3), end=torch.zeros(3, dtype=torch.bool), at_capacity=True)
+    with pytest.raises(
+        ValueError, match=r"takes one value per row of a 1-D storage, got shape \[2, 3\]"
+    ):
+        find(end=torch.zeros(2, 3, dtype=torch.bool), at_capacity=False)
+
+
+@pytest.mark.parametrize(
+    "name", ["_get_stop_and_length", "_find_start_stop_traj", "_end_to_start_stop"]
+)
+def test_a_subclass_overriding_a_boundary_view_is_refused_when_defined(name):
+    """Overriding one would change nothing drawn: mixreplay does not find episodes through it."""
+    with pytest.raises(
+        TypeError,
+        match=rf"Mine overrides SliceSampler.{name}: in mixreplay it is a view for TorchRL's "
+        r"tests, not how the sampler finds episodes, so overriding it would change nothing "
+        r"drawn; pass traj_key= or end_key=/end_keys= instead",
+    ):
+        type("Mine", (SliceSampler,), {name: lambda self, *a, **k: None})
+
+    class Fine(SliceSampler):  # other overrides are the subclass's business
+        def info(self, index, storage):
+            return super().info(index, storage)

@@ -2832,7 +2832,6 @@ class TestFindStartStopTraj:
 
     @pytest.mark.parametrize("use_traj", [True, False])
     @pytest.mark.parametrize("at_capacity", [True, False])
-    @DIFF_PRIVATE
     def test_matches_slice_sampler(self, use_traj, at_capacity):
         # SliceSampler._find_start_stop_traj must behave exactly like the
         # module-level function it delegates to.
@@ -2978,7 +2977,7 @@ class TestFindStartStopTraj:
         # TED2Flat consumes the shared constant as its default.
         assert TED2Flat().done_keys == set(DEFAULT_DONE_KEYS)
 
-    @DIFF_PRIVATE
+    @DIFF_BOUNDARY_OVERRIDE
     def test_subclass_end_to_start_stop_override(self):
         # SliceSampler._find_start_stop_traj dispatches through
         # self._end_to_start_stop so that subclasses overriding it keep

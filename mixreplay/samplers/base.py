@@ -242,17 +242,20 @@ def _with_torchrl_call(draw: Any) -> Any:
     without one it is TorchRL's ``sample(storage, batch_size) -> (index, info)``.
     """
 
+    missing = _NO_GENERATOR
+
     @functools.wraps(draw)
     def sample(
         self: Sampler,
         storage: Any,
         n: Any = None,
-        generator: Any = _NO_GENERATOR,
-        **kwargs: Any,
+        generator: Any = missing,
+        *,
+        batch_size: Any = None,
     ) -> Any:
-        if generator is not _NO_GENERATOR and not kwargs:
+        if generator is not missing and batch_size is None:
             return draw(self, storage, n, generator)
-        return _torchrl_sample(self, draw, storage, n, generator, kwargs)
+        return _torchrl_sample(self, draw, storage, n, generator, batch_size)
 
     sample.__mixreplay_draw__ = draw  # type: ignore[attr-defined]
     return sample
@@ -264,23 +267,17 @@ def _torchrl_sample(
     storage: Any,
     n: Any,
     generator: Any,
-    kwargs: dict[str, Any],
+    batch_size: Any,
 ) -> tuple[torch.Tensor, dict[Any, torch.Tensor]]:
     """TorchRL's ``sampler.sample(storage, batch_size) -> (index, info)`` on a mixreplay sampler."""
     name = type(sampler).__name__
-    if "batch_size" in kwargs:
+    if batch_size is not None:
         if n is not None:
             raise TypeError(
                 f"{name}.sample got the batch size twice (n={n!r} and batch_size="
-                f"{kwargs['batch_size']!r}); pass one: sample(storage, batch_size)"
+                f"{batch_size!r}); pass one: sample(storage, batch_size)"
             )
-        n = kwargs.pop("batch_size")
-    if kwargs:
-        raise TypeError(
-            f"{name}.sample got an unexpected keyword argument {next(iter(kwargs))!r}; "
-            "TorchRL's call is sample(storage, batch_size), mixreplay's "
-            "sample(storage, n, generator)"
-        )
+        n = batch_size
     if not isinstance(storage, Storage):
         raise DataStructureError(
             f"{sampler.foreign_storage_lead}{name}.sample(storage, batch_size) reads a mixreplay storage "

@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     ref_bad: set[tuple[str, str]] = set()
     for node, outcome in ref.items():
         key = _function(node)
+        if key[0] == "test_dropin_fixes":  # mixreplay's own tests in the same folder
+            continue
         if outcome == "passed":
             ref_ok[key].append(node)
         elif outcome != "skipped":

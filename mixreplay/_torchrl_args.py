@@ -144,7 +144,6 @@ UNSUPPORTED_METHODS: dict[str, str] = {
     "set_storage": "build a new buffer with the storage",
     "set_writer": "build a new buffer",
     "set_sampler": "build a new buffer with the sampler",
-    "writer": "there is no writer object: rows are written in ring order",
     "can_sample": "check len(rb) > 0 (or rb.available() for slices) before sampling",
     "submit_update_if_present": _IMMUTABLE,
     "update_if_present": _IMMUTABLE,

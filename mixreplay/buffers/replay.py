@@ -15,6 +15,7 @@ from mixreplay._state import Plan, generator_state, plan_generator, plan_sampler
 from mixreplay._torchrl_args import UNSUPPORTED_METHODS, check_unsupported, unsupported_method
 from mixreplay._validate import check_bool, check_callable, describe
 from mixreplay.buffers.base import BufferBase, check_batch_size, make_generator
+from mixreplay.buffers.writer import RingWriter
 from mixreplay.errors import CheckpointError, EmptyBufferError
 from mixreplay.layout import new_tensordict
 from mixreplay.samplers import RandomSampler, Sampler
@@ -233,6 +234,12 @@ class ReplayBuffer(BufferBase[Sampled]):
     def collate_fn(self) -> Callable[[Any], Any] | None:
         """Applied to every batch as stored, before the transforms (TorchRL's ``collate_fn``)."""
         return self._collate_fn
+
+    @property
+    def writer(self) -> RingWriter:
+        """TorchRL's ``rb.writer``: a read-only view of how rows are written (ring order,
+        the next at ``rb.writer.cursor``); see :class:`~mixreplay.buffers.writer.RingWriter`."""
+        return RingWriter(self._storage)
 
     @property
     def dim_extend(self) -> int:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, ClassVar
 
 import torch
 
+from mixreplay.errors import DataStructureError, EmptyBufferError
 from mixreplay.storages.base import Storage
 
 __all__ = ["Sampler"]
@@ -48,6 +50,16 @@ class Sampler:
     (``sample(storage, batch_size) -> (index, info)``) is refused when the class
     is defined.
 
+    TorchRL's call on its own works too, with TorchRL's meaning: without a
+    generator, ``sampler.sample(storage, batch_size)`` (or ``batch_size=``) draws
+    from torch's global generator (``torch.manual_seed`` makes it repeatable, as in
+    TorchRL) and returns ``(index, info)``: ``info`` is a dict holding
+    ``"priority_weight"`` for a prioritized sampler and a sampler's own entries
+    (:meth:`info`, TorchRL's slice entries). ``storage`` is a mixreplay storage,
+    filled through a buffer or with ``storage.set``; the sampler follows its rows as
+    it does inside a buffer (new rows of a prioritized storage get the largest
+    priority).
+
     A checkpoint names a sampler by :attr:`config_name` (its class name unless the
     class sets it), never by module path: moving a sampler class to another module
     keeps every checkpoint that names it loadable; renaming one means setting
@@ -79,6 +91,9 @@ class Sampler:
     #: whether a draw may return a number of rows of its own choosing (slices of varying
     #: length); a mixing buffer, which needs exact shares, cannot use such a sampler.
     variable_length: bool = False
+    #: what TorchRL's ``sample(storage, batch_size)`` says first when ``storage`` is not a
+    #: mixreplay storage (TorchRL's own words, where its tests match them)
+    foreign_storage_lead: ClassVar[str] = ""
     #: the name a checkpoint saves this sampler under (the class name by default)
     config_name: ClassVar[str] = "Sampler"
 
@@ -89,6 +104,8 @@ class Sampler:
         sample = cls.__dict__.get("sample")
         if sample is None or not inspect.isfunction(sample):
             return
+        if "__mixreplay_draw__" in sample.__dict__:
+            return  # already taught TorchRL's call (a class body reusing another's sample)
         params = list(inspect.signature(sample).parameters.values())
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         varargs = any(p.kind is p.VAR_POSITIONAL for p in params)
@@ -100,6 +117,7 @@ class Sampler:
                 "sample(self, storage, n, generator) -> index: return n int64 slots drawn with "
                 "the torch.Generator it is handed (see mixreplay.Sampler)"
             )
+        cls.sample = _with_torchrl_call(sample)  # type: ignore[method-assign]
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for missing attributes: a TorchRL one gets the mixreplay way.
@@ -212,6 +230,80 @@ class Sampler:
         )
 
     __hash__ = object.__hash__
+
+
+_NO_GENERATOR: Any = object()  # ``sample(storage, batch_size)``: TorchRL's call
+
+
+def _with_torchrl_call(draw: Any) -> Any:
+    """``draw`` (mixreplay's ``sample(storage, n, generator)``), also answering TorchRL's call.
+
+    With a generator (every mixreplay caller) the call goes straight to ``draw``;
+    without one it is TorchRL's ``sample(storage, batch_size) -> (index, info)``.
+    """
+
+    missing = _NO_GENERATOR
+
+    @functools.wraps(draw)
+    def sample(
+        self: Sampler,
+        storage: Any,
+        n: Any = None,
+        generator: Any = missing,
+        *,
+        batch_size: Any = None,
+    ) -> Any:
+        if generator is not missing and batch_size is None:
+            return draw(self, storage, n, generator)
+        return _torchrl_sample(self, draw, storage, n, generator, batch_size)
+
+    sample.__mixreplay_draw__ = draw  # type: ignore[attr-defined]
+    return sample
+
+
+def _torchrl_sample(
+    sampler: Sampler,
+    draw: Any,
+    storage: Any,
+    n: Any,
+    generator: Any,
+    batch_size: Any,
+) -> tuple[torch.Tensor, dict[Any, torch.Tensor]]:
+    """TorchRL's ``sampler.sample(storage, batch_size) -> (index, info)`` on a mixreplay sampler."""
+    name = type(sampler).__name__
+    if batch_size is not None:
+        if n is not None:
+            raise TypeError(
+                f"{name}.sample got the batch size twice (n={n!r} and batch_size="
+                f"{batch_size!r}); pass one: sample(storage, batch_size)"
+            )
+        n = batch_size
+    if not isinstance(storage, Storage):
+        raise DataStructureError(
+            f"{sampler.foreign_storage_lead}{name}.sample(storage, batch_size) reads a mixreplay storage "
+            "(LazyTensorStorage, LazyMemmapStorage, TensorStorage), got "
+            f"{type(storage).__module__}.{type(storage).__name__}; store the rows in one of them"
+        )
+    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        raise TypeError(f"{name}.sample batch_size must be a positive int, got {n!r}")
+    if generator is _NO_GENERATOR or generator is None:
+        generator = torch.default_generator  # TorchRL draws from the global RNG
+    with storage.lock:
+        if len(storage) == 0:
+            raise EmptyBufferError(
+                "Cannot sample from an empty storage: write rows first (storage.set, or "
+                "extend the buffer that holds it)"
+            )
+        sampler.attach(storage)
+        index = draw(sampler, storage, n, generator)
+        info: dict[Any, torch.Tensor] = {}
+        weight = sampler.weight(index, storage)
+        if weight is not None:
+            info["priority_weight"] = weight
+        for key, value in (sampler.info(index, storage) or {}).items():
+            # TorchRL's dict spells a one-part key as a str: info["truncated"]
+            info[key[0] if isinstance(key, tuple) and len(key) == 1 else key] = value
+    return index, info
 
 
 #: TorchRL Sampler methods mixreplay's samplers lack -> the mixreplay way

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 
 from mixreplay._validate import check_bool, check_int
-from mixreplay.errors import EmptyBufferError
+from mixreplay.errors import DataStructureError, EmptyBufferError
 from mixreplay.samplers._torchrl import Table, check_torchrl_kwargs
 from mixreplay.samplers.base import Sampler
 from mixreplay.schema import format_key, normalize_key
@@ -185,6 +185,11 @@ class SliceSampler(Sampler):
         >>> rb.sampler.traj_key  # found by itself, as TorchRL does
         'episode'
     """
+
+    foreign_storage_lead: ClassVar[str] = (
+        "Could not get a tensordict out of the storage, which is required for SliceSampler "
+        "to compute the trajectories: "
+    )
 
     def __init__(
         self,
@@ -591,6 +596,95 @@ class SliceSampler(Sampler):
             t = t.remainder_(cap)
         return t.reshape(-1)
 
+    #: TorchRL's private boundary methods this class provides as views: a subclass overriding
+    #: one would expect it to change how episodes are found, which it does not here
+    _VIEWS: ClassVar[tuple[str, ...]] = (
+        "_get_stop_and_length",
+        "_find_start_stop_traj",
+        "_end_to_start_stop",
+    )
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in SliceSampler._VIEWS:
+            if name in cls.__dict__:
+                raise TypeError(
+                    f"{cls.__name__} overrides SliceSampler.{name}: in mixreplay it is a view "
+                    "for TorchRL's tests, not how the sampler finds episodes, so overriding it "
+                    "would change nothing drawn; pass traj_key= or end_key=/end_keys= instead"
+                )
+
+    def _find_start_stop_traj(
+        self,
+        *,
+        trajectory: torch.Tensor | None = None,
+        end: torch.Tensor | None = None,
+        at_capacity: bool,
+        cursor: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """TorchRL's episode boundaries of 1-D ids or end flags laid out in slot order.
+
+        ``(start, stop, length)`` as :meth:`_get_stop_and_length`, ordered by last
+        step. An episode ends where the id changes (or at a ``True`` flag), and at
+        the last row unless ``at_capacity`` (a full ring: an episode without an end
+        after the last row goes on at row 0), and at ``cursor`` (the last row
+        written) when given with ``at_capacity``. TorchRL's tests call this private
+        method; it reads only its arguments.
+        """
+        if (trajectory is None) == (end is None):
+            raise TypeError(
+                "Exactly one of trajectory= (episode ids) or end= (end flags) must be given"
+            )
+        given = trajectory if trajectory is not None else end
+        assert given is not None
+        if given.dim() != 1 or given.numel() == 0:
+            raise ValueError(
+                f"_find_start_stop_traj takes one value per row of a 1-D storage, got shape "
+                f"{list(given.shape)}"
+            )
+        if trajectory is not None:
+            last = trajectory != trajectory.roll(-1)
+        else:
+            last = given.to(torch.bool).clone()
+        return self._end_to_start_stop(last, given.numel(), at_capacity, cursor)
+
+    def _end_to_start_stop(
+        self, end: torch.Tensor, length: int, at_capacity: bool = False, cursor: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if not at_capacity:
+            end[-1] = True
+        elif cursor is not None:
+            end[int(cursor) % length] = True
+        stop = end.nonzero().reshape(-1)
+        if stop.numel() == 0:  # a full ring of one episode without an end
+            stop = torch.full((1,), length - 1, dtype=torch.int64, device=end.device)
+        start = (stop.roll(1) + 1).remainder_(length)
+        lengths = (stop - start).remainder_(length).add_(1)
+        return start.unsqueeze(-1), stop.unsqueeze(-1), lengths
+
+    def _get_stop_and_length(
+        self, storage: Storage
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The episodes ``storage`` holds, as TorchRL's slice sampler reports them.
+
+        Returns ``(start, stop, length)``: the first and last slot of each episode
+        (``[episodes, 1]`` int64) and its number of steps (``[episodes]``), oldest
+        episode first; the newest one ends at the last row written whether or not it
+        is done. TorchRL's tests read this (a private name in TorchRL); it is a view
+        of the episode list this sampler draws from, found with the same keys.
+
+        Raises:
+            EmptyBufferError: the storage holds no rows.
+        """
+        with storage.lock:
+            if len(storage) == 0:
+                raise EmptyBufferError(
+                    "cannot list episodes: the storage holds no rows; write rows first"
+                )
+            first, lengths = self._index(storage, self.slice_len or 1).episodes()
+            stop = (first + lengths - 1).remainder_(storage.max_size)
+            return first.unsqueeze(-1), stop.unsqueeze(-1), lengths.clone()
+
     # -- TorchRL's per-row info ------------------------------------------------------------
 
     def info(self, index: torch.Tensor, storage: Storage) -> dict[Key, torch.Tensor] | None:
@@ -813,10 +907,10 @@ class _SliceIndex:
         for key in self.keys:
             column = storage.column(key)
             if column[0].numel() != 1:
-                raise TypeError(
-                    f"end key {format_key(key)} must hold one flag per row, got shape "
-                    f"{list(column.shape[1:])} per row (TorchRL: the end-of-trajectory signal "
-                    "must be 1-dimensional)"
+                raise DataStructureError(  # a TypeError, and TorchRL's RuntimeError
+                    "Expected the end-of-trajectory signal to be 1-dimensional: end key "
+                    f"{format_key(key)} must hold one flag per row, got shape "
+                    f"{list(column.shape[1:])} per row"
                 )
             flags = column[a:b].reshape(b - a)
             flags = flags if flags.dtype == torch.bool else flags != 0

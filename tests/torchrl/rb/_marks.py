@@ -92,9 +92,6 @@ DIFF_INTERNALS = _differs(
     "registry of memmap storages) do not apply",
     AssertionError,
 )
-DIFF_WRITER = _differs(
-    "rb.writer: there is no writer object (rows are written in ring order)", AttributeError
-)
 DIFF_STATE_LAYOUT = _differs(
     "rb.state_dict() is mixreplay's own layout ('storage', 'sampler', 'generator'), "
     "not TorchRL's ('_storage', '_rng', ...)",
@@ -204,7 +201,6 @@ __all__ = [
     "DIFF_RAGGED",
     "DIFF_SCRATCH_SHARED",
     "DIFF_STATE_LAYOUT",
-    "DIFF_WRITER",
     "ITEM_MARKS",
     "LEFT_OUT_BUFFER",
     "LEFT_OUT_CONSUME",

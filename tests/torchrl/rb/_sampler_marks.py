@@ -63,15 +63,9 @@ def _differs(row: str, raises) -> pytest.MarkDecorator:
 
 # The first exception of some of these changes once ReplayBuffer takes tensors and storages
 # have set() (branch dropin): the tuples name both, in the order they are met.
-DIFF_STANDALONE = _differs(
-    "a sampler is used through a ReplayBuffer: TorchRL's sampler protocol on its own "
-    "(sampler.sample(storage, batch_size) -> (index, info), sampler.extend/add/mark_update/"
-    "dumps/loads, priorities set on a sampler that never saw a storage) is not mixreplay's; "
-    "rb.sample(n, return_info=True) gives the index and TorchRL's info entries",
-    (AttributeError, TypeError),  # storage.set (until dropin), then sample(batch_size=...)
-)
 DIFF_STANDALONE_EXTEND = _differs(
-    "a sampler is used through a ReplayBuffer (TorchRL's sampler.extend(index) on its own)",
+    "a sampler is told of writes by its buffer or follows its storage's rows (TorchRL's "
+    "sampler.extend(index) / add(index) on its own raise AttributeError naming the way)",
     AttributeError,
 )
 DIFF_STANDALONE_PRIORITY = _differs(
@@ -81,9 +75,15 @@ DIFF_STANDALONE_PRIORITY = _differs(
 )
 DIFF_PRIVATE = _differs(
     "TorchRL's private sampler attributes (_sum_tree, _min_tree, _max_priority, "
-    "_sample_list, _find_start_stop_traj, _get_stop_and_length) do not exist or are not "
+    "_sample_list) do not exist or are not "
     "TorchRL's (mixreplay's _max_priority is a float)",
     (AttributeError, TypeError),
+)
+DIFF_BOUNDARY_OVERRIDE = _differs(
+    "a SliceSampler subclass overriding _end_to_start_stop / _find_start_stop_traj / "
+    "_get_stop_and_length is refused when defined (TypeError): mixreplay provides them as "
+    "views of its episode list, so an override would change nothing drawn",
+    TypeError,
 )
 DIFF_PRIVATE_STATE = _differs(
     "a sampler's state_dict() is mixreplay's own layout (no '_schema_version', '_sum_tree'); "

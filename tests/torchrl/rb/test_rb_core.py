@@ -446,7 +446,6 @@ class TestBuffers:
             raise NotImplementedError(rbtype)
         return data
 
-    @DIFF_WRITER
     def test_cursor_position2(self, rbtype, storage, size, prefetch):
         torch.manual_seed(0)
         rb = self._get_rb(rbtype, storage=storage, size=size, prefetch=prefetch)

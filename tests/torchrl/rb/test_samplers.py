@@ -388,7 +388,6 @@ class TestSamplers:
     @pytest.mark.parametrize("done_key", ["done", ("some", "done")])
     @pytest.mark.parametrize("match_episode", [True, False])
     @pytest.mark.parametrize("device", get_default_devices())
-    @DIFF_STANDALONE
     def test_slice_sampler(
         self,
         batch_size,
@@ -552,7 +551,6 @@ class TestSamplers:
         else:
             raise AssertionError
 
-    @DIFF_STANDALONE
     def test_slice_sampler_errors(self):
         device = "cpu"
         batch_size, num_slices = 100, 20
@@ -2834,7 +2832,6 @@ class TestFindStartStopTraj:
 
     @pytest.mark.parametrize("use_traj", [True, False])
     @pytest.mark.parametrize("at_capacity", [True, False])
-    @DIFF_PRIVATE
     def test_matches_slice_sampler(self, use_traj, at_capacity):
         # SliceSampler._find_start_stop_traj must behave exactly like the
         # module-level function it delegates to.
@@ -2980,7 +2977,7 @@ class TestFindStartStopTraj:
         # TED2Flat consumes the shared constant as its default.
         assert TED2Flat().done_keys == set(DEFAULT_DONE_KEYS)
 
-    @DIFF_PRIVATE
+    @DIFF_BOUNDARY_OVERRIDE
     def test_subclass_end_to_start_stop_override(self):
         # SliceSampler._find_start_stop_traj dispatches through
         # self._end_to_start_stop so that subclasses overriding it keep
@@ -2997,7 +2994,6 @@ class TestFindStartStopTraj:
         sampler._find_start_stop_traj(trajectory=trajectory, at_capacity=False)
         assert calls == [5]
 
-    @DIFF_PRIVATE
     def test_end_keys_union(self):
         # Boundaries marked only by `truncated`: a single default end_key
         # (("next", "done")) misses them, the end_keys union recovers them.
@@ -3047,7 +3043,6 @@ class TestFindStartStopTraj:
                 end_keys=[("next", "done"), ("next", "truncated")],
             )
 
-    @DIFF_PRIVATE
     def test_end_keys_all_missing_falls_back(self):
         # None of the end_keys present, but trajectory ids are: the sampler
         # falls back to trajectory-id-based recovery.

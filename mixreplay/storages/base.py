@@ -519,9 +519,12 @@ class PackedStorage(Storage):
             out.copy_(torch.index_select(rows, 0, index))
 
     def gather_unlocked(self, index: torch.Tensor) -> TensorDict:
-        if self._layout is None:
+        layout, rows = self._layout, self._rows
+        if layout is None or rows is None:
             raise EmptyBufferError("cannot read rows from a storage that holds none")
-        return self._layout.unpack(self.take(index), self.device)
+        if index.device != rows.device:
+            index = index.to(rows.device)
+        return layout.gather(rows, index, self.device)
 
     def column(self, key: NestedKey) -> torch.Tensor:
         """A typed view ``[len, *shape]`` of one key over the filled rows (slot order).
@@ -540,4 +543,4 @@ class PackedStorage(Storage):
         """A copy of the filled rows as a plain ``[len]`` TensorDict (slot order)."""
         if self._layout is None:
             return TensorDict({}, batch_size=[0])
-        return self._layout.unpack(self.rows.clone(), self.device)
+        return self._layout.copy_out(self.rows, self.device)

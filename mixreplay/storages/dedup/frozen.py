@@ -76,7 +76,7 @@ class DedupReads(PackedStorage):
         layout = self._layout
         if layout is None:
             raise EmptyBufferError("cannot read rows from a storage that holds none")
-        return layout.unpack(self.take(index), self.device)
+        return layout.copy_out(self.take(index), self.device)
 
     @property
     def rows(self) -> torch.Tensor:
@@ -119,7 +119,7 @@ class DedupReads(PackedStorage):
         """A copy of the filled rows as a plain ``[len]`` TensorDict (slot order)."""
         if self._layout is None:
             return TensorDict({}, batch_size=[0])
-        return self._layout.unpack(self.rows, self.device)
+        return self._layout.copy_out(self.rows, self.device)
 
     def _full_fingerprint(self) -> str:
         """The fingerprint of the full rows (as a plain storage of the same rows has it)."""

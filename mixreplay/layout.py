@@ -193,14 +193,8 @@ class RowLayout:
         """
         cached = self._columns
         if cached is None or cached[0]() is not rows:
-            cached = self._columns = (weakref.ref(rows, self._forget_columns), self.columns(rows))
+            cached = self._columns = (_rows_ref(rows, self), self.columns(rows))
         return self._gather(cached[1], index, device)
-
-    def _forget_columns(self, _ref: weakref.ref) -> None:
-        # the rows are gone: do not keep their memory alive through the cached views
-        cached = self._columns
-        if cached is not None and cached[0] is _ref:
-            self._columns = None
 
     def columns(self, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Per leaf (``self.fields`` order), a typed view ``[n, *shape]`` of packed ``rows``."""
@@ -358,6 +352,20 @@ class RowLayout:
         return dest
 
 
+def _rows_ref(rows: torch.Tensor, layout: RowLayout) -> weakref.ref:
+    """A weak reference to ``rows`` that drops ``layout``'s cached views of them once they
+    are gone (so the views do not keep their memory alive); it holds the layout weakly
+    too, so no reference cycle is made."""
+    owner = weakref.ref(layout)
+
+    def forget(ref: weakref.ref) -> None:
+        lay = owner()
+        if lay is not None and lay._columns is not None and lay._columns[0] is ref:
+            lay._columns = None
+
+    return weakref.ref(rows, forget)
+
+
 def _count_leaves(node: dict) -> int:
     n = 0
     for v in node.values():
@@ -380,7 +388,12 @@ def _build(tree: dict, leaves: list, batch_size: torch.Size, device) -> TensorDi
 
 
 def _new_td(source: dict, batch_size: torch.Size, device) -> TensorDict:
-    return TensorDict._new_unsafe(source=source, batch_size=batch_size, device=device)
+    # Built without a device, then given it: ``_new_unsafe`` with a device asks torch, per
+    # new instance, whether MPS is available (a few µs per batch on the hot path).
+    td = TensorDict._new_unsafe(source=source, batch_size=batch_size, device=None)
+    if device is not None:
+        td._device = device if isinstance(device, torch.device) else torch.device(device)
+    return td
 
 
 def new_tensordict(leaves: dict[str, torch.Tensor], batch_size: torch.Size) -> TensorDict:

@@ -336,3 +336,54 @@ def test_multiprocessing_queue(kind, worker, tmp_path):
         for k, (_, _, _, nbytes) in got.items():  # each leaf arrived with its own bytes only
             t = dict((str(key), v) for key, v in leaves(obj))[k]
             assert nbytes == t.nbytes, k
+
+
+# -- bound for a device ---------------------------------------------------------------------
+
+
+def test_staging_is_one_packed_buffer_moved_by_one_copy():
+    """Rows gathered for another device go through one packed staging buffer (page-locked
+    where a GPU can read it) and one copy; on a CPU-only machine it is ordinary memory."""
+    from mixreplay.storages.base import move, staging
+
+    st = LazyTensorStorage(50)
+    st.extend(rows(50))
+    layout = st.layout
+    index = torch.tensor([3, 1, 4, 1, 5])
+    buf = staging(torch.Size([5, layout.row_words]), torch.device("cpu"), torch.device("cpu"))
+    assert buf.dtype == torch.int64 and not buf.is_pinned()
+    torch.index_select(st.rows, 0, index, out=buf)
+    out = torch.empty_like(buf)
+    move(buf, out)
+    batch = layout.copy_out(out, out.device)
+    assert_equal(batch, st.gather(index))
+    storages = {t.untyped_storage().data_ptr() for _, t in leaves(batch)}
+    assert len(storages) == len(list(leaves(batch)))  # each leaf its own memory
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_host_rows_reach_the_device_in_one_copy_per_source():
+    """Offline rows in host memory, online rows on the GPU: the offline part of a batch is one
+    pinned packed buffer and one non_blocking host-to-device copy; leaves are owned on the GPU."""
+    from torch.profiler import ProfilerActivity, profile
+
+    off = ReplayBuffer(storage=LazyTensorStorage(300))
+    off.extend(rows(300, seed=1))
+    rb = OfflineToOnlineReplayBuffer(
+        off,
+        online_storage=LazyTensorStorage(200, device="cuda"),
+        offline_fraction=0.5,
+        generator=0,
+    )
+    rb.extend(rows(100, seed=2))
+    rb.sample(B)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        batch = rb.sample(B)
+        torch.cuda.synchronize()
+    h2d = [e for e in prof.events() if "HtoD" in e.name or "Memcpy HtoD" in e.name]
+    # the offline rows, and the online source's indices (drawn on the host)
+    assert len(h2d) <= 2, [e.name for e in h2d]
+    for _, t in leaves(batch):
+        assert t.device.type == "cuda"
+        assert t.untyped_storage().nbytes() == t.nbytes

@@ -10,7 +10,7 @@ from tensordict import TensorDict, TensorDictBase
 from mixreplay.errors import EmptyBufferError
 from mixreplay.layout import WORD_BYTES, RowLayout
 from mixreplay.schema import NestedKey, format_key, normalize_key
-from mixreplay.storages.base import PackedStorage
+from mixreplay.storages.base import PackedStorage, move, staging, to_device
 from mixreplay.storages.dedup.layout import DedupLayout, DedupRows, dedup_rows
 from mixreplay.storages.frozen import FrozenStorage
 
@@ -50,13 +50,13 @@ class DedupReads(PackedStorage):
             raise EmptyBufferError("cannot read rows from a storage that holds none")
         assert self._exception_of is not None and self._exceptions is not None
         if index.device != rows.device:
-            index = index.to(rows.device)
+            index = to_device(index, rows.device)
         if out.device == rows.device:
             dl.gather_into(rows, self._exception_of, self._exceptions, index, out)
         else:
-            tmp = torch.empty(out.shape, dtype=torch.int64, device=rows.device)
+            tmp = staging(out.shape, rows.device, out.device)
             dl.gather_into(rows, self._exception_of, self._exceptions, index, tmp)
-            out.copy_(tmp)
+            move(tmp, out)
 
     def take(self, index: torch.Tensor) -> torch.Tensor:
         """Full packed rows ``index`` as a new ``[len(index), W]`` tensor (caller holds the lock)."""

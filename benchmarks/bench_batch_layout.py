@@ -7,15 +7,17 @@ not an ordinary batch (``torch.save`` refuses it; one key carries every key's by
 fraction 0.5) with each candidate layout, against TorchRL's same buffers, in one process,
 alternating, best of several rounds:
 
-- ``per_key`` (what mixreplay does): every leaf its own tensor; a plain buffer reads each
-  leaf with one ``index_select`` from a strided view of the packed rows, a mixing buffer
-  gathers packed words per source and copies each leaf out (``RowLayout.copy_out``);
+- ``per_key`` (what mixreplay does): every leaf its own tensor: packed words gathered with
+  one ``index_select`` per source, then each leaf copied out (``RowLayout.copy_out``);
+- ``per_key_sel``: every leaf its own tensor, read with its own ``index_select`` from a
+  strided typed view of the stored rows (``RowLayout.gather``) - plain buffer only;
 - ``per_group``: one ``index_select`` per dtype group, leaves are views of their group's
   tensor (``torch.save`` works; a key still carries its group's bytes) - plain buffer only;
 - ``packed``: one ``index_select`` of packed words, leaves are views of several dtypes over
   it (mixreplay before this change).
 
-The other layouts are put in place on the buffers' layout objects for the timing only.
+The other layouts are put in place on the buffers' storage and layout objects (instance
+attributes) for the timing only.
 
     python benchmarks/bench_batch_layout.py [--rounds 7] [--rows 1000000]
 """
@@ -53,6 +55,24 @@ def per_group(layout):
                 shape = layout.fields[fi].shape
                 leaves[fi] = t if len(shape) == 1 else t.reshape(n, *shape)
         return _build(layout._tree, leaves, torch.Size([n]), device)
+
+    return gather
+
+
+def per_key_select(layout):
+    """A ``gather`` that reads each leaf with its own ``index_select`` from a strided view."""
+
+    def gather(rows, index, device=None):
+        return layout.gather(rows, index, device)
+
+    return gather
+
+
+def per_key_copy(layout):
+    """A ``gather`` that reads packed words with one ``index_select``, then copies each leaf out."""
+
+    def gather(rows, index, device=None):
+        return layout.copy_out(torch.index_select(rows, 0, index), device)
 
     return gather
 
@@ -98,19 +118,27 @@ def main(argv=None) -> dict:
     layout = m_rb.storage.layout
     mix_layout = m_o2o._layout
     plain = {
-        "per_key": layout.gather,
+        "per_key": per_key_copy(layout),
+        "per_key_sel": per_key_select(layout),
         "per_group": per_group(layout),
         "packed": packed(layout),
     }
     mixed = {"per_key": mix_layout.copy_out, "packed": mix_layout.unpack}
+    storage = m_rb.storage
+    rows_ = storage._rows
+
+    def bind(fn):
+        return lambda index: fn(rows_, index, storage.device)
+
+    plain_gather = {name: bind(fn) for name, fn in plain.items()}
 
     def with_plain(name):
         def run():
-            layout.gather = plain[name]
+            storage.gather_unlocked = plain_gather[name]
             try:
                 return m_rb.sample(256)
             finally:
-                del layout.gather
+                del storage.gather_unlocked
 
         return run
 
@@ -144,7 +172,8 @@ def main(argv=None) -> dict:
         f"row {m_rb.storage.row_bytes} bytes packed, load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}"
     )
     print(f"{'buffer':<8}{'layout':<11}{'sample(256) µs':>16}{'× TorchRL':>11}{'owns':>7}")
-    owns = {"per_key": "yes", "per_group": "no", "packed": "no", "torchrl": "yes"}
+    owns = {"per_key": "yes", "per_key_sel": "yes", "per_group": "no", "packed": "no"}
+    owns["torchrl"] = "yes"
     for buf, row in res.items():
         t = row["torchrl"]
         for name, us in row.items():

@@ -179,7 +179,7 @@ class RowLayout:
         """Packed rows ``[n, W]`` as a TensorDict of new tensors, one per leaf.
 
         Each leaf owns its storage (nothing is shared with ``words`` or another leaf),
-        on ``words``' device: one copy per leaf, issued without waiting on a device.
+        on ``words``' device: one ``narrow_copy`` per leaf, issued without waiting on a device.
         """
         return self._copy_out(words, device)
 
@@ -201,21 +201,27 @@ class RowLayout:
         return tuple(self.split(rows))
 
     def _leaf_exprs(self, owned: bool) -> tuple[dict[str, Any], list[str], dict[int, str]]:
-        env: dict[str, Any] = {"NEW": _new_td, "CF": torch.contiguous_format}
+        env: dict[str, Any] = {"NEW": _new_td}
         lines: list[str] = []
         where = {}
         for gi, g in enumerate(self.groups):
             env[f"D{gi}"] = g.dtype
-            lines.append(f"    p{gi} = words.view(D{gi}).split_with_sizes({g.sizes!r}, -1)")
-            for fi, pi in zip(g.fields, g.parts):
-                where[fi] = f"p{gi}[{pi}]"
+            if owned:  # one new tensor per leaf: narrow_copy is one op (cheaper than split + clone)
+                lines.append(f"    v{gi} = words.view(D{gi})")
+                for fi in g.fields:
+                    f = self.fields[fi]
+                    col = self.offsets[fi] // f.dtype.itemsize
+                    where[fi] = f"v{gi}.narrow_copy(-1, {col}, {f.numel})"
+            else:
+                lines.append(f"    p{gi} = words.view(D{gi}).split_with_sizes({g.sizes!r}, -1)")
+                for fi, pi in zip(g.fields, g.parts):
+                    where[fi] = f"p{gi}[{pi}]"
         for fi, f in enumerate(self.fields):
+            # views of a leaf's own tensor when owned: they still own all of its storage
             if len(f.shape) == 0:
                 where[fi] += ".squeeze(-1)"
             elif len(f.shape) > 1:
                 where[fi] += f".unflatten(-1, {tuple(f.shape)!r})"
-            if owned:
-                where[fi] += ".clone(memory_format=CF)"
         return env, lines, where
 
     def _compile_gather(self):

@@ -11,6 +11,7 @@ each leaf owns its storage, so one key pickles to about its own bytes and
 from __future__ import annotations
 
 import io
+import json
 import pickle
 import queue as queue_mod
 from collections.abc import Callable, Iterator
@@ -387,3 +388,23 @@ def test_host_rows_reach_the_device_in_one_copy_per_source():
     for _, t in leaves(batch):
         assert t.device.type == "cuda"
         assert t.untyped_storage().nbytes() == t.nbytes
+
+
+def test_a_remote_batch_is_ordinary_too():
+    """A batch from a Ray-hosted buffer arrives as packed words (read-only, from Ray's object
+    store); the handle copies each leaf out of them, so it is as ordinary as a local one."""
+    from mixreplay.distributed.wire import LayoutCache
+
+    st = LazyTensorStorage(50)
+    st.extend(rows(50))
+    words = torch.index_select(st.rows, 0, torch.arange(8)).numpy()
+    words.flags.writeable = False
+    key = json.dumps(st.layout.schema.to_json())  # how the wire names a layout
+    batch = LayoutCache().copy_out(key, words)
+    assert_equal(batch, st.gather(torch.arange(8)))
+    for k, t in leaves(batch):
+        assert t.untyped_storage().nbytes() == t.nbytes, k
+    f = io.BytesIO()
+    torch.save(batch, f)
+    f.seek(0)
+    assert_equal(torch.load(f, weights_only=False), batch)

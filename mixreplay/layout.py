@@ -2,9 +2,18 @@
 
 A :class:`RowLayout` packs the leaves of a :class:`~mixreplay.schema.Schema` into a
 fixed number of 8-byte words, so a whole row (every key, every dtype) is one row
-of a single ``int64`` tensor. Gathering a batch is then one ``index_select`` per
-source instead of one per key, and the typed views handed back to the user are
-reinterpretations of the gathered words, not copies.
+of a single ``int64`` tensor. Writing a row is one copy per dtype group; a whole
+row sits in one or two cache lines, so the random reads of a sampled batch touch
+few lines.
+
+A sampled batch never leaks the packing: :meth:`RowLayout.gather` reads each leaf
+with its own ``index_select`` from a strided typed view of the rows, and
+:meth:`RowLayout.copy_out` copies packed words (a mixing buffer's batch, a
+staging buffer moved to a device) into one new tensor per leaf. Each leaf of a
+batch owns its storage, as in a TorchRL batch: ``torch.save``, ``pickle``,
+multiprocessing queues, ``share_memory_()`` and ``resize_`` behave as users
+expect. :meth:`RowLayout.unpack` (typed views, no copy) is only for views of the
+stored rows themselves (``storage._storage``, :meth:`column`).
 
 Leaves are ordered by decreasing item size, so every leaf starts at an offset
 aligned to its own item size; rows are padded to a multiple of 8 bytes.
@@ -12,6 +21,7 @@ aligned to its own item size; rows are padded to a multiple of 8 bytes.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -76,7 +86,11 @@ class RowLayout:
         # Leaves whose per-row shape is not one flat dim need a reshape after the split.
         self._reshape = tuple((i, f.shape) for i, f in enumerate(self.fields) if len(f.shape) != 1)
         self._tree = self._make_tree()
-        self._unpack = self._compile_unpack()
+        self._unpack = self._compile_unpack(owned=False)
+        self._copy_out = self._compile_unpack(owned=True)
+        self._gather = self._compile_gather()
+        # The strided per-leaf views of the last rows gathered from (dropped with them).
+        self._columns: tuple[weakref.ref, tuple[torch.Tensor, ...]] | None = None
         # Leaves already [n, k] are written as they are; others are flattened first, to
         # their known width (a -1 cannot be resolved for 0 rows).
         self._flat = tuple(len(f.shape) == 1 for f in self.fields)
@@ -128,7 +142,7 @@ class RowLayout:
         return ordered
 
     def __reduce__(self):
-        # the generated unpack function is rebuilt from the schema, not pickled
+        # the generated functions are rebuilt from the schema, not pickled
         return (RowLayout, (self.schema,))
 
     def __eq__(self, other: object) -> bool:
@@ -154,28 +168,80 @@ class RowLayout:
         return leaves
 
     def unpack(self, words: torch.Tensor, device: torch.device | None = None) -> TensorDict:
-        """Wrap packed rows ``[n, W]`` as a TensorDict of typed views (no copy)."""
+        """Wrap packed rows ``[n, W]`` as a TensorDict of typed views (no copy).
+
+        The leaves share ``words`` (views of several dtypes over one buffer): use it
+        for views of stored rows, never for a batch handed to a user (:meth:`copy_out`).
+        """
         return self._unpack(words, device)
 
-    def _compile_unpack(self):
-        """Straight-line code for :meth:`unpack`, generated once per layout.
+    def copy_out(self, words: torch.Tensor, device: torch.device | None = None) -> TensorDict:
+        """Packed rows ``[n, W]`` as a TensorDict of new tensors, one per leaf.
 
-        Sampling calls ``unpack`` once per batch; with one op per dtype group and
-        no Python loop over keys, building the batch costs a few microseconds.
+        Each leaf owns its storage (nothing is shared with ``words`` or another leaf),
+        on ``words``' device: one ``narrow_copy`` per leaf, issued without waiting on a device.
         """
+        return self._copy_out(words, device)
+
+    def gather(
+        self, rows: torch.Tensor, index: torch.Tensor, device: torch.device | None = None
+    ) -> TensorDict:
+        """Rows ``index`` of packed ``rows`` as a TensorDict of new tensors, one per leaf.
+
+        One ``index_select`` per leaf from a strided typed view of ``rows`` (the views
+        are kept while ``rows`` lives); each leaf owns its storage.
+        """
+        cached = self._columns
+        if cached is None or cached[0]() is not rows:
+            cached = self._columns = (_rows_ref(rows, self), self.columns(rows))
+        return self._gather(cached[1], index, device)
+
+    def columns(self, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Per leaf (``self.fields`` order), a typed view ``[n, *shape]`` of packed ``rows``."""
+        return tuple(self.split(rows))
+
+    def _leaf_exprs(self, owned: bool) -> tuple[dict[str, Any], list[str], dict[int, str]]:
         env: dict[str, Any] = {"NEW": _new_td}
-        lines = ["def unpack(words, device):", "    bs = words.shape[:-1]"]
+        lines: list[str] = []
         where = {}
         for gi, g in enumerate(self.groups):
             env[f"D{gi}"] = g.dtype
-            lines.append(f"    p{gi} = words.view(D{gi}).split_with_sizes({g.sizes!r}, -1)")
-            for fi, pi in zip(g.fields, g.parts):
-                where[fi] = f"p{gi}[{pi}]"
+            if owned:  # one new tensor per leaf: narrow_copy is one op (cheaper than split + clone)
+                lines.append(f"    v{gi} = words.view(D{gi})")
+                for fi in g.fields:
+                    f = self.fields[fi]
+                    col = self.offsets[fi] // f.dtype.itemsize
+                    where[fi] = f"v{gi}.narrow_copy(-1, {col}, {f.numel})"
+            else:
+                lines.append(f"    p{gi} = words.view(D{gi}).split_with_sizes({g.sizes!r}, -1)")
+                for fi, pi in zip(g.fields, g.parts):
+                    where[fi] = f"p{gi}[{pi}]"
         for fi, f in enumerate(self.fields):
+            # views of a leaf's own tensor when owned: they still own all of its storage
             if len(f.shape) == 0:
                 where[fi] += ".squeeze(-1)"
             elif len(f.shape) > 1:
                 where[fi] += f".unflatten(-1, {tuple(f.shape)!r})"
+        return env, lines, where
+
+    def _compile_gather(self):
+        """Straight-line code for :meth:`gather`: one ``index_select`` per leaf."""
+        env: dict[str, Any] = {"NEW": _new_td, "SEL": torch.index_select}
+        lines = ["def gather(C, index, device):", "    bs = index.shape"]
+        where = {fi: f"SEL(C[{fi}], 0, index)" for fi in range(len(self.fields))}
+        return self._compile_tree("gather", env, lines, where)
+
+    def _compile_unpack(self, owned: bool):
+        """Straight-line code for :meth:`unpack` / :meth:`copy_out`, generated once per layout.
+
+        With one op per dtype group (and one copy per leaf when ``owned``) and no
+        Python loop over keys, building the batch costs a few microseconds.
+        """
+        env, body, where = self._leaf_exprs(owned)
+        lines = ["def unpack(words, device):", "    bs = words.shape[:-1]", *body]
+        return self._compile_tree("unpack", env, lines, where)
+
+    def _compile_tree(self, name: str, env: dict[str, Any], lines: list[str], where: dict):
         counter = iter(range(1 << 30))
 
         def emit(tree: dict) -> str:
@@ -189,7 +255,7 @@ class RowLayout:
 
         lines.append(f"    return {emit(self._tree)}")
         exec("\n".join(lines), env)  # noqa: S102 - code built from validated key strings
-        return env["unpack"]
+        return env[name]
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -292,6 +358,20 @@ class RowLayout:
         return dest
 
 
+def _rows_ref(rows: torch.Tensor, layout: RowLayout) -> weakref.ref:
+    """A weak reference to ``rows`` that drops ``layout``'s cached views of them once they
+    are gone (so the views do not keep their memory alive); it holds the layout weakly
+    too, so no reference cycle is made."""
+    owner = weakref.ref(layout)
+
+    def forget(ref: weakref.ref) -> None:
+        lay = owner()
+        if lay is not None and lay._columns is not None and lay._columns[0] is ref:
+            lay._columns = None
+
+    return weakref.ref(rows, forget)
+
+
 def _count_leaves(node: dict) -> int:
     n = 0
     for v in node.values():
@@ -314,7 +394,12 @@ def _build(tree: dict, leaves: list, batch_size: torch.Size, device) -> TensorDi
 
 
 def _new_td(source: dict, batch_size: torch.Size, device) -> TensorDict:
-    return TensorDict._new_unsafe(source=source, batch_size=batch_size, device=device)
+    # Built without a device, then given it: ``_new_unsafe`` with a device asks torch, per
+    # new instance, whether MPS is available (a few µs per batch on the hot path).
+    td = TensorDict._new_unsafe(source=source, batch_size=batch_size, device=None)
+    if device is not None:
+        td._device = device if isinstance(device, torch.device) else torch.device(device)
+    return td
 
 
 def new_tensordict(leaves: dict[str, torch.Tensor], batch_size: torch.Size) -> TensorDict:

@@ -649,7 +649,7 @@ def _decode(result, layouts: LayoutCache, device):
     if key is None:
         batch = words
     else:
-        batch = layouts.unpack(key, words, device)
+        batch = layouts.copy_out(key, words, device)
         if len(shape) != 1:
             batch = batch.reshape(shape)
     if info is None:

@@ -171,6 +171,19 @@ class LayoutCache:
             t = t.to(device)
         return layout.unpack(t, device if device is not None else t.device)
 
+    def copy_out(self, key: str, words, device: torch.device | None = None) -> TensorDict:
+        """Rows ``words`` (numpy or tensor ``[n, W]``) as a sampled batch: a TensorDict of
+        new tensors, one per leaf (each owns its storage, as a TorchRL batch's leaves do).
+
+        The words are read in place (never copied whole first); bound for another device,
+        they move there in one copy and the leaves are copied out on that device.
+        """
+        layout = self(key)
+        t = words_to_tensor(words, writable=False)
+        if device is not None and t.device != device:
+            t = t.to(device)
+        return layout.copy_out(t, device if device is not None else t.device)
+
 
 def words_to_tensor(words, *, writable: bool) -> torch.Tensor:
     """A tensor over the array ``words``, shared when it is writable.

@@ -294,7 +294,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
                 if k:
                     indices[i] = self._sources[i].draw_into(k, gen, out[pos : pos + k])
                     pos += k
-            batch: TensorDictBase = layout.unpack(out, self._device)
+            batch: TensorDictBase = layout.copy_out(out, self._device)
         else:
             # a failed draw (a source's transform raising, say) is undone: retrying draws the same
             snapshot = self._draw_snapshot()
@@ -367,7 +367,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
             with torch.no_grad():
                 layout.write(leaves, layout.group_views(out[pos : pos + n]))
             pos += n
-        return layout.unpack(out, device)
+        return layout.copy_out(out, device)
 
     def _output_layout(self, schema: Schema) -> RowLayout:
         """The packed layout of a batch with ``schema`` (built once: it compiles its unpacking)."""

@@ -173,6 +173,28 @@ class Locked:
         self.lock = threading.RLock()
 
 
+def staging(shape: torch.Size, host: torch.device, dest: torch.device) -> torch.Tensor:
+    """A new packed ``int64`` buffer on ``host`` for rows bound for ``dest``: page-locked when
+    ``host`` is the CPU and ``dest`` an accelerator, so that :func:`move` is one asynchronous
+    copy (a pinned block is reused by torch's host allocator once the copy has run)."""
+    pin = host.type == "cpu" and dest.type != "cpu" and torch.cuda.is_available()
+    return torch.empty(shape, dtype=torch.int64, device=host, pin_memory=pin)
+
+
+def to_device(index: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``index`` on ``device``; from the CPU to an accelerator through page-locked memory, so
+    the host does not wait for the copy (a pageable copy to a GPU is synchronous)."""
+    if index.device.type == "cpu" and device.type != "cpu" and torch.cuda.is_available():
+        return index.pin_memory().to(device, non_blocking=True)
+    return index.to(device)
+
+
+def move(staged: torch.Tensor, out: torch.Tensor) -> None:
+    """One copy of packed ``staged`` into ``out`` on another device, without waiting for it
+    when ``staged`` is pinned (the kernels that read ``out`` are queued after it)."""
+    out.copy_(staged, non_blocking=staged.is_pinned())
+
+
 class Storage(Locked, abc.ABC):
     """Where the rows of one source live; the contract every storage fulfils.
 
@@ -503,7 +525,7 @@ class PackedStorage(Storage):
         if rows is None:
             raise EmptyBufferError("cannot read rows from a storage that holds none")
         if index.device != rows.device:
-            index = index.to(rows.device)
+            index = to_device(index, rows.device)
         return torch.index_select(rows, 0, index)
 
     def gather_into(self, index: torch.Tensor, out: torch.Tensor) -> None:
@@ -512,16 +534,21 @@ class PackedStorage(Storage):
         if rows is None:
             raise EmptyBufferError("cannot read rows from a storage that holds none")
         if index.device != rows.device:
-            index = index.to(rows.device)
+            index = to_device(index, rows.device)
         if out.device == rows.device:
             torch.index_select(rows, 0, index, out=out)
         else:
-            out.copy_(torch.index_select(rows, 0, index))
+            staged = staging(out.shape, rows.device, out.device)
+            torch.index_select(rows, 0, index, out=staged)
+            move(staged, out)
 
     def gather_unlocked(self, index: torch.Tensor) -> TensorDict:
-        if self._layout is None:
+        layout, rows = self._layout, self._rows
+        if layout is None or rows is None:
             raise EmptyBufferError("cannot read rows from a storage that holds none")
-        return self._layout.unpack(self.take(index), self.device)
+        if index.device != rows.device:
+            index = to_device(index, rows.device)
+        return layout.gather(rows, index, self.device)
 
     def column(self, key: NestedKey) -> torch.Tensor:
         """A typed view ``[len, *shape]`` of one key over the filled rows (slot order).
@@ -540,4 +567,4 @@ class PackedStorage(Storage):
         """A copy of the filled rows as a plain ``[len]`` TensorDict (slot order)."""
         if self._layout is None:
             return TensorDict({}, batch_size=[0])
-        return self._layout.unpack(self.rows.clone(), self.device)
+        return self._layout.copy_out(self.rows, self.device)

@@ -92,6 +92,13 @@ class _Interrupt:
 def _interrupted_extend(s, data, k) -> bool:
     """``s.extend(data)`` interrupted at boundary ``k``; whether it completed."""
     hook = _Interrupt(k)
+    # No garbage collection while the hook counts: a collection runs other code's gc
+    # callbacks (hypothesis installs one once any property test ran), and the interrupt
+    # would land in them instead of in ``extend``; where collections fall depends on the
+    # allocations of everything that ran before, so the boundaries would not be those of
+    # ``extend`` alone.
+    was_enabled = gc.isenabled()
+    gc.disable()
     hook.active = True
     sys.setprofile(hook)
     try:
@@ -103,6 +110,8 @@ def _interrupted_extend(s, data, k) -> bool:
     finally:
         hook.active = False
         sys.setprofile(None)
+        if was_enabled:
+            gc.enable()
         gc.collect()  # close a generator the interrupt left suspended while still filtered
 
 

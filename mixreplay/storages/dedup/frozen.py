@@ -10,7 +10,7 @@ from tensordict import TensorDict, TensorDictBase
 from mixreplay.errors import EmptyBufferError
 from mixreplay.layout import WORD_BYTES, RowLayout
 from mixreplay.schema import NestedKey, format_key, normalize_key
-from mixreplay.storages.base import PackedStorage
+from mixreplay.storages.base import PackedStorage, move, staging, to_device
 from mixreplay.storages.dedup.layout import DedupLayout, DedupRows, dedup_rows
 from mixreplay.storages.frozen import FrozenStorage
 
@@ -50,13 +50,13 @@ class DedupReads(PackedStorage):
             raise EmptyBufferError("cannot read rows from a storage that holds none")
         assert self._exception_of is not None and self._exceptions is not None
         if index.device != rows.device:
-            index = index.to(rows.device)
+            index = to_device(index, rows.device)
         if out.device == rows.device:
             dl.gather_into(rows, self._exception_of, self._exceptions, index, out)
         else:
-            tmp = torch.empty(out.shape, dtype=torch.int64, device=rows.device)
+            tmp = staging(out.shape, rows.device, out.device)
             dl.gather_into(rows, self._exception_of, self._exceptions, index, tmp)
-            out.copy_(tmp)
+            move(tmp, out)
 
     def take(self, index: torch.Tensor) -> torch.Tensor:
         """Full packed rows ``index`` as a new ``[len(index), W]`` tensor (caller holds the lock)."""
@@ -76,7 +76,7 @@ class DedupReads(PackedStorage):
         layout = self._layout
         if layout is None:
             raise EmptyBufferError("cannot read rows from a storage that holds none")
-        return layout.unpack(self.take(index), self.device)
+        return layout.copy_out(self.take(index), self.device)
 
     @property
     def rows(self) -> torch.Tensor:
@@ -119,7 +119,7 @@ class DedupReads(PackedStorage):
         """A copy of the filled rows as a plain ``[len]`` TensorDict (slot order)."""
         if self._layout is None:
             return TensorDict({}, batch_size=[0])
-        return self._layout.unpack(self.rows, self.device)
+        return self._layout.copy_out(self.rows, self.device)
 
     def _full_fingerprint(self) -> str:
         """The fingerprint of the full rows (as a plain storage of the same rows has it)."""

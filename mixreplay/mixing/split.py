@@ -173,13 +173,13 @@ def carried_split(
     ``carry_i + quota_i - count_i``: how far source ``i``'s running total is behind
     its running quota.
 
-    The bound: while the weights stay the same, every carry stays strictly inside
+    The bound: while the weights and ``units`` stay the same, every carry stays strictly inside
     ``(-1, 1)``, so after any number of batches each source's total is less than
     one row from its total quota, however small its weight. (The extra units form
     a Pfair schedule of tasks whose weights are the quota remainders on as many
     processors as units are left over, and PD² is an optimal Pfair scheduler.)
-    When the weights change from batch to batch (a schedule), no rule that keeps
-    every batch within one row can promise this: the carry is kept, and may
+    When the weights (a schedule) or ``units`` change from batch to batch, the
+    quotas change and this rule does not promise it: the carry is kept, and may
     exceed one row for a while.
 
     Returns:

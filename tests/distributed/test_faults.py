@@ -28,7 +28,7 @@ from mixreplay.errors import BufferActorError
 from tests import helpers
 from tests.helpers import hopper_rows, stored_online_rows, wait_until_back
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.heavy]  # actors killed and restarted: minutes
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 ray.cloudpickle.register_pickle_by_value(helpers)

@@ -142,6 +142,7 @@ def test_a_write_whose_rows_were_checkpointed_before_the_crash_is_applied_once(
     rb.kill()
 
 
+@pytest.mark.heavy  # the actor killed and restarted twice: ~35 s on an idle machine
 def test_threads_sharing_a_handle_each_retry_their_own_failed_write(
     ray_cluster, offline_path, tmp_path
 ):

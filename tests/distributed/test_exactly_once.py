@@ -25,7 +25,8 @@ from mixreplay.errors import BufferActorError
 from tests import helpers
 from tests.helpers import hopper_rows, stored_online_rows, wait_until_back
 
-pytestmark = pytest.mark.ray
+# every test crashes the actor mid-write and waits for its restart: minutes in all
+pytestmark = [pytest.mark.ray, pytest.mark.heavy]
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 ray.cloudpickle.register_pickle_by_value(helpers)
@@ -142,7 +143,6 @@ def test_a_write_whose_rows_were_checkpointed_before_the_crash_is_applied_once(
     rb.kill()
 
 
-@pytest.mark.heavy  # the actor killed and restarted twice: ~35 s on an idle machine
 def test_threads_sharing_a_handle_each_retry_their_own_failed_write(
     ray_cluster, offline_path, tmp_path
 ):

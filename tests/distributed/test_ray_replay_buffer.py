@@ -99,6 +99,7 @@ class Collector:
         """Runs only after ``forever``, i.e. never: it fails when the actor is killed."""
 
 
+@pytest.mark.heavy  # collector processes, each importing torch and joining the cluster
 def test_collectors_in_other_processes_extend_one_buffer_through_a_pickled_handle(
     ray_cluster, offline_path
 ):

@@ -174,6 +174,7 @@ def test_exact_split_and_prefetched_batches_match_a_local_buffer(ray_cluster, of
     rb.kill()
 
 
+@pytest.mark.heavy  # a collector and then the actor killed
 def test_a_dying_collector_leaves_the_buffer_serving_and_a_dead_buffer_raises(
     ray_cluster, offline_path
 ):
@@ -204,6 +205,7 @@ def test_a_dying_collector_leaves_the_buffer_serving_and_a_dead_buffer_raises(
         rb.extend(hopper_rows(1))
 
 
+@pytest.mark.heavy  # the actor killed and restarted
 def test_a_restarted_actor_reloads_its_last_checkpoint(ray_cluster, offline_path, tmp_path):
     ckpt = tmp_path / "ckpt"
     rb = remote_buffer(

@@ -125,6 +125,7 @@ def _run(tmp_path: Path, writers: list[tuple[int, int]], saves: int, readers: in
     return [int(out.split()[1]) for out, _ in read], path
 
 
+@pytest.mark.heavy  # reader and writer processes, each importing torch, racing for seconds
 def test_a_reader_looping_while_a_writer_saves_never_breaks_it(tmp_path):
     """Every save succeeds and every load returns a complete checkpoint, old or new."""
     loads, path = _run(tmp_path, [(0, 997)], saves=150, readers=2)

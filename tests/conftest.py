@@ -43,6 +43,25 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.basetemp = os.path.join(base, "t")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A strict xfail names the exception it expects (``raises=``): without it, any error at
+    all, a typo included, would count as the expected failure."""
+    default_strict = config.getini("xfail_strict")
+    bare = sorted(
+        {
+            item.nodeid.split("[")[0]
+            for item in items
+            for mark in item.iter_markers("xfail")
+            if mark.kwargs.get("strict", default_strict) and "raises" not in mark.kwargs
+        }
+    )
+    if bare:
+        raise pytest.UsageError(
+            "a strict xfail without raises= (name the exception the test is expected to "
+            "raise): " + ", ".join(bare)
+        )
+
+
 @pytest.fixture(autouse=True)
 def _isolated_roots(tmp_path_factory, monkeypatch):
     """Nothing a test does lands in the home directory."""

@@ -721,6 +721,7 @@ def _zygote_buffer(capacity):
     return OfflineToOnlineReplayBuffer(off, online_capacity=capacity, batch_size=64, generator=0)
 
 
+@pytest.mark.heavy  # a forked writer SIGKILLed at random moments, many times
 def test_sigkill_at_random_moments_of_dumps_leaves_a_loadable_checkpoint(tmp_path):
     """A writer process is killed (SIGKILL) 25 times at random instants while it saves in a loop.
 

@@ -62,6 +62,7 @@ def test_a_collector_batch_needs_the_one_line(example):
     assert rb.sample().batch_size == (8,)
 
 
+@pytest.mark.heavy  # the script in its own process (imports TorchRL, trains 200 updates)
 def test_the_example_trains_sac_on_mixed_batches():
     """The script as a user runs it, in its own process, for 400 frames and 200 updates."""
     env = dict(os.environ)  # the temp data roots of conftest travel with it

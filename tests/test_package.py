@@ -78,7 +78,14 @@ def _modules():
         yield info.name
 
 
-@pytest.mark.parametrize("name", sorted(_modules()))
+def _module_cases():
+    for name in sorted(_modules()):
+        # RayReplayBuffer's examples start and stop a local Ray cluster: heavy
+        heavy = name == "mixreplay.distributed.handle"
+        yield pytest.param(name, marks=[pytest.mark.heavy] if heavy else [], id=name)
+
+
+@pytest.mark.parametrize("name", list(_module_cases()))
 def test_docstring_examples_run(name, tmp_path, monkeypatch):
     """Every example runs as written and removes the temporary files it made."""
     module = importlib.import_module(name)

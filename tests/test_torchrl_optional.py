@@ -6,8 +6,12 @@ Runs without TorchRL too (TorchRL is hidden from a subprocess), so it is not mar
 import subprocess
 import sys
 
+import pytest
+
 CODE = """
 import sys
+
+import pytest
 sys.modules["torchrl"] = None  # as if TorchRL were not installed
 import mixreplay
 try:
@@ -17,6 +21,7 @@ except mixreplay.MissingDependencyError as err:
 """
 
 
+@pytest.mark.heavy  # a fresh interpreter that imports torch with TorchRL hidden
 def test_the_trainer_module_needs_the_torchrl_extra():
     out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == (

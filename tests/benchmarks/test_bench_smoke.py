@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+# every benchmark script run once at tiny sizes, each in a subprocess: minutes in all
+pytestmark = pytest.mark.heavy
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 CURVES = ("batch", "capacity", "rowsize", "memory")

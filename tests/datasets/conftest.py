@@ -290,7 +290,8 @@ def dataset_cli(argv: list[str]) -> int:
     Errors propagate: the ``mixreplay`` command (mixreplay.cli) is what prints them as
     one line; these tests check what the commands raise.
     """
-    from mixreplay.cli_datasets import add_cache_parser, add_dataset_parsers
+    from mixreplay.cli.cache import add_cache_parser
+    from mixreplay.cli.datasets import add_dataset_parsers
 
     parser = argparse.ArgumentParser(prog="mixreplay")
     sub = parser.add_subparsers(dest="command", required=True)

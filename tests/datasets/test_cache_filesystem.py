@@ -279,6 +279,7 @@ print(sorted(p.name for p in Path(sys.argv[2]).rglob("*")))
 """
 
 
+@pytest.mark.heavy  # a subprocess in a private mount namespace (a small tmpfs)
 def test_a_cache_on_a_full_disk_is_a_clear_error_and_leaves_nothing_half_written(tmp_path):
     import subprocess
     import sys

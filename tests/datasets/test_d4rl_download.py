@@ -366,6 +366,7 @@ except Exception as err:
 """
 
 
+@pytest.mark.heavy  # a subprocess in a private mount namespace (a small tmpfs)
 def test_a_full_disk_fails_at_once_and_keeps_what_was_written(d4rl_server, tmp_path):
     import os
     import shutil

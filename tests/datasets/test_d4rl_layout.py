@@ -161,6 +161,7 @@ def test_a_downloaded_file_not_in_the_d4rl_layout_is_deleted(d4rl_server, tmp_pa
     assert d4rl_server.requests[-1]["range"] is None  # downloaded anew, not resumed
 
 
+@pytest.mark.heavy  # the mixreplay command in a subprocess
 def test_the_command_line_prints_one_line(tmp_path):
     path = _bad_file(tmp_path / "bad.hdf5", "observations a group")
     root = Path(__file__).resolve().parents[2]

@@ -215,7 +215,13 @@ def _read_only(how: str, root: Path, argv: list[str]) -> list[str]:
     return out.stdout.splitlines()
 
 
-@pytest.mark.parametrize("how", ["read-only mount", "permissions"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        pytest.param("read-only mount", marks=pytest.mark.heavy),  # a subprocess, unshare -m
+        "permissions",
+    ],
+)
 def test_a_cache_hit_on_a_read_only_filesystem_writes_nothing(tmp_path, how):
     write_d4rl(tmp_path / "x.hdf5", d4rl_arrays())
     root = Path(os.environ["MIXREPLAY_DATA_DIR"])
@@ -234,6 +240,7 @@ def test_a_cache_hit_on_a_read_only_filesystem_writes_nothing(tmp_path, how):
     assert sorted((p, p.stat().st_mtime_ns) for p in root.rglob("*")) == before
 
 
+@pytest.mark.heavy  # a subprocess in a private mount namespace (a read-only mount)
 def test_a_stale_entry_on_a_read_only_filesystem_says_what_to_do(tmp_path):
     path = tmp_path / "x.hdf5"
     write_d4rl(path, d4rl_arrays())

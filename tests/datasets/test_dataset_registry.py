@@ -16,7 +16,7 @@ from mixreplay import (
 )
 from mixreplay.datasets import get_entry, parse_dataset_id
 from mixreplay.datasets.memmap import write_memmap_dataset
-from mixreplay.errors import DatasetPrefixTakenError
+from mixreplay.errors import DatasetPrefixTakenError, MissingDependencyError
 from tests.conftest import ted_rows
 from tests.datasets.conftest import Ramp, d4rl_arrays, write_d4rl
 
@@ -177,6 +177,30 @@ def test_dataset_must_be_callable_or_a_target():
     with pytest.raises(ValueError, match=r"is 'module:attribute', got 'no_colon'; e\.g\. "):
         register_dataset("reg-bad", "no_colon")
     assert "reg-bad" not in list_prefixes()  # a refused call registers nothing
+
+
+@pytest.mark.parametrize("spec", ["no_colon", ":attr", "module:"])
+def test_bad_lazy_strings(spec):
+    with pytest.raises(ValueError, match=r"a factory given as a string is 'module:attribute', got"):
+        register_dataset("reg-bad-lazy", spec)
+    assert "reg-bad-lazy" not in list_prefixes()
+
+
+@pytest.mark.parametrize("prefix", sorted(set(TORCHRL_PREFIXES) - {"d4rl", "minari"}))
+def test_torchrl_sources_need_torchrl(prefix, monkeypatch):
+    """Without TorchRL installed, a TorchRL-only prefix says which extra installs it."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torchrl" else real(name, *a)
+    )
+    with pytest.raises(
+        MissingDependencyError,
+        match=rf"the dataset source '{prefix}' opens through TorchRL \(torchrl\.data\.datasets\..*"
+        r"\), which is not installed\. Install it with: pip install \"mixreplay\[torchrl\]\"",
+    ):
+        load_dataset(f"{prefix}:some-id")
 
 
 def test_parse_dataset_id_keeps_the_name_as_written():

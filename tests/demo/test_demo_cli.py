@@ -167,6 +167,7 @@ def check_outputs(out, *, seeds: int, steps: int, eval_every: int):
     return records
 
 
+@pytest.mark.heavy  # the --quick demo: 2 seeds x 2 arms x 2,000 SAC steps, in worker processes
 def test_quick_run_shows_the_offline_data_deciding_success(tmp_path, capsys, demo_roots):
     """--quick is short, and already shows the effect: mixed arms reach the goal, online-only not."""
     out = tmp_path / "quick"

@@ -38,6 +38,7 @@ def test_the_page_has_the_blocks_this_test_runs():
     assert "/data/" not in DOC.read_text()  # no path that exists only on someone's machine
 
 
+@pytest.mark.heavy  # each block a fresh interpreter that starts its own Ray cluster
 @pytest.mark.parametrize("index", range(len(blocks("python"))))
 def test_python_block_runs_as_written(index, tmp_path):
     script = tmp_path / "block.py"
@@ -71,6 +72,7 @@ def _help(argv: list[str]) -> str:
     return out.stdout
 
 
+@pytest.mark.heavy  # ray's and the example's --help, each in a subprocess
 @pytest.mark.parametrize("index", range(len(blocks("bash"))))
 def test_shell_block_parses_and_its_commands_and_options_exist(index):
     code = blocks("bash")[index]

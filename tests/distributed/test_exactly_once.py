@@ -16,19 +16,20 @@ import sys
 
 import pytest
 import ray
-import ray_helpers
-from ray_helpers import hopper_rows, stored_online_rows, wait_until_back
 
 from mixreplay import OfflineToOnlineReplayBuffer
 from mixreplay.datasets.memmap import write_memmap_dataset
 from mixreplay.distributed import RayReplayBuffer
 from mixreplay.distributed.host import EXIT_AFTER_CHECKPOINT
 from mixreplay.errors import BufferActorError
+from tests import helpers
+from tests.helpers import hopper_rows, stored_online_rows, wait_until_back
 
-pytestmark = pytest.mark.ray
+# every test crashes the actor mid-write and waits for its restart: minutes in all
+pytestmark = [pytest.mark.ray, pytest.mark.heavy]
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-ray.cloudpickle.register_pickle_by_value(ray_helpers)
+ray.cloudpickle.register_pickle_by_value(helpers)
 
 OFFLINE = 50
 EVERY = 100  # checkpoint_every

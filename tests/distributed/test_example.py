@@ -13,6 +13,7 @@ pytestmark = pytest.mark.ray
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.heavy  # the example end to end, on a Ray cluster of its own
 def test_distributed_collectors_example_runs(monkeypatch, capsys):
     import gymnasium  # noqa: F401  (the example steps real environments)
     import ray

@@ -18,20 +18,20 @@ import time
 
 import pytest
 import ray
-import ray_helpers
 import torch
-from ray_helpers import hopper_rows, stored_online_rows, wait_until_back
 
 from mixreplay import OfflineToOnlineReplayBuffer
 from mixreplay.checkpoint import load_state
 from mixreplay.datasets.memmap import write_memmap_dataset
 from mixreplay.distributed import RayReplayBuffer
 from mixreplay.errors import BufferActorError
+from tests import helpers
+from tests.helpers import hopper_rows, stored_online_rows, wait_until_back
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.heavy]  # actors killed and restarted: minutes
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-ray.cloudpickle.register_pickle_by_value(ray_helpers)
+ray.cloudpickle.register_pickle_by_value(helpers)
 
 OFFLINE = 100
 

@@ -14,9 +14,7 @@ import sys
 
 import pytest
 import ray
-import ray_helpers
 import torch
-from ray_helpers import hopper_rows, stored_online_rows, wait_until_back
 
 from mixreplay import (
     DatasetNotFoundError,
@@ -28,12 +26,14 @@ from mixreplay.checkpoint import load_state
 from mixreplay.datasets.memmap import write_memmap_dataset
 from mixreplay.distributed import RayReplayBuffer
 from mixreplay.errors import BufferActorError
+from tests import helpers
+from tests.helpers import hopper_rows, stored_online_rows, wait_until_back
 
 pytestmark = pytest.mark.ray
 
 # Ray workers cannot import the test files: ship their functions by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-ray.cloudpickle.register_pickle_by_value(ray_helpers)
+ray.cloudpickle.register_pickle_by_value(helpers)
 
 OFFLINE = 500
 
@@ -99,6 +99,7 @@ class Collector:
         """Runs only after ``forever``, i.e. never: it fails when the actor is killed."""
 
 
+@pytest.mark.heavy  # collector processes, each importing torch and joining the cluster
 def test_collectors_in_other_processes_extend_one_buffer_through_a_pickled_handle(
     ray_cluster, offline_path
 ):
@@ -173,6 +174,7 @@ def test_exact_split_and_prefetched_batches_match_a_local_buffer(ray_cluster, of
     rb.kill()
 
 
+@pytest.mark.heavy  # a collector and then the actor killed
 def test_a_dying_collector_leaves_the_buffer_serving_and_a_dead_buffer_raises(
     ray_cluster, offline_path
 ):
@@ -203,6 +205,7 @@ def test_a_dying_collector_leaves_the_buffer_serving_and_a_dead_buffer_raises(
         rb.extend(hopper_rows(1))
 
 
+@pytest.mark.heavy  # the actor killed and restarted
 def test_a_restarted_actor_reloads_its_last_checkpoint(ray_cluster, offline_path, tmp_path):
     ckpt = tmp_path / "ckpt"
     rb = remote_buffer(

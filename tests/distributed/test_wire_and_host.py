@@ -11,7 +11,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ray_helpers import hopper_rows, ring_rows
 from tensordict import TensorDict
 
 from mixreplay import (
@@ -36,6 +35,7 @@ from mixreplay.distributed.wire import (
     message_slices,
 )
 from mixreplay.errors import BufferActorError, WriterEvictedError
+from tests.helpers import hopper_rows, ring_rows
 
 
 @pytest.fixture

@@ -75,7 +75,9 @@ def _cases() -> list:
             continue
         if path.parent.name == "recipes":
             script = "\n\n".join(code)
-            cases.append(pytest.param(script, marks=_marks(script), id=_name(path)))
+            # a recipe is a whole script (a training loop, a resumed run): heavy
+            marks = [*_marks(script), pytest.mark.heavy]
+            cases.append(pytest.param(script, marks=marks, id=_name(path)))
         else:
             cases += [
                 pytest.param(c, marks=_marks(c), id=f"{_name(path)}-{i}")

@@ -225,6 +225,7 @@ for what in ("loads", "dumps"):
 """
 
 
+@pytest.mark.heavy  # a subprocess in a private mount namespace (a read-only mount)
 def test_a_checkpoint_on_a_read_only_filesystem_loads_and_a_save_there_says_why_not(saved):
     """Even with its save interrupted between the renames: reading needs no write."""
     if shutil.which("unshare") is None:

@@ -125,6 +125,7 @@ def _run(tmp_path: Path, writers: list[tuple[int, int]], saves: int, readers: in
     return [int(out.split()[1]) for out, _ in read], path
 
 
+@pytest.mark.heavy  # reader and writer processes, each importing torch, racing for seconds
 def test_a_reader_looping_while_a_writer_saves_never_breaks_it(tmp_path):
     """Every save succeeds and every load returns a complete checkpoint, old or new."""
     loads, path = _run(tmp_path, [(0, 997)], saves=150, readers=2)
@@ -132,6 +133,7 @@ def test_a_reader_looping_while_a_writer_saves_never_breaks_it(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck", "stop"]  # nothing left over
 
 
+@pytest.mark.heavy  # writer and reader processes, each importing torch, racing
 def test_two_writers_and_a_reader_of_one_path(tmp_path):
     """Concurrent saves of one path all succeed; the last one to swap is what remains."""
     loads, path = _run(tmp_path, [(0, 997), (10**9, 1009)], saves=60, readers=1)

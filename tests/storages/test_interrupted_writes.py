@@ -154,6 +154,7 @@ def test_an_interrupted_write_tears_nothing_and_a_retry_completes_it(kind, tmp_p
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,  # a torn row, or a retry that does not complete the write
     reason="open: a dedup ring's commit updates its exception pool, exception slots and rows "
     "in several calls; an interrupt between them leaves next values wrong (see notes/coreint.md)",
 )

@@ -138,6 +138,7 @@ def _run(code: str, tmp_path) -> str:
     return out.stdout
 
 
+@pytest.mark.heavy  # each case a Python process that imports torch and exits
 @pytest.mark.parametrize("auto_cleanup, left", [(None, True), (True, False), (False, True)])
 def test_auto_cleanup_at_exit(tmp_path, auto_cleanup, left):
     """TorchRL's default: a file in a given scratch_dir stays after the process."""

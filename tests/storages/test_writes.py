@@ -162,6 +162,7 @@ DISK_FULL = textwrap.dedent(
 )
 
 
+@pytest.mark.heavy  # a subprocess in a private mount namespace (a small tmpfs)
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
 def test_a_full_disk_is_an_oserror_naming_path_and_bytes(tmp_path):
     """Issue 11.2: a sparse ring on a full filesystem died with SIGBUS; its blocks are reserved now.
@@ -209,6 +210,7 @@ def test_default_scratch_files_are_unlinked_once_mapped(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == [] and len(s) == 2
 
 
+@pytest.mark.heavy  # processes that import torch, then are killed
 def test_default_scratch_files_outlive_no_killed_process(tmp_path):
     """Issue 18.13: SIGKILL runs no cleanup, so the files must be gone before it."""
     code = (

@@ -25,7 +25,7 @@ import torch
 
 from tests.torchrl.conftest import pendulum_rows
 
-pytestmark = pytest.mark.torchrl
+pytestmark = [pytest.mark.torchrl, pytest.mark.heavy]  # TorchRL's script, in a subprocess
 
 SWAPS = {
     "from torchrl.data import OfflineToOnlineReplayBuffer\n": (

@@ -53,6 +53,7 @@ from mixreplay import LazyTensorStorage, OfflineToOnlineReplayBuffer, ReplayBuff
 from mixreplay import datasets as dataset_utils
 from mixreplay import load_dataset, register_dataset
 from mixreplay import prefill_replay_buffer
+from mixreplay.errors import DatasetError, SchemaMismatchError  # the strict xfails' raises=
 from torchrl.envs.libs.gym import _has_gym
 from torchrl.testing.gym_helpers import PENDULUM_VERSIONED
 
@@ -61,12 +62,16 @@ pytestmark = pytest.mark.torchrl
 # mixreplay's deliberate differences (README: Differences from TorchRL)
 NATIVE_LOADERS = pytest.mark.xfail(
     strict=True,
+    # the native loader looks for the real dataset (not found, or its download fails), or
+    # refuses TorchRL's split_trajs=True the patched loader would have taken (TypeError)
+    raises=(DatasetError, TypeError),
     reason="deliberate: 'd4rl:' and 'minari:' open with mixreplay's native loaders (h5py and minari; "
     "no TorchRL needed, rows without TorchRL's 'index' key), so patching TorchRL's "
     "D4RLExperienceReplay / MinariExperienceReplay does not reach them",
 )
 SCHEMA_AT_EXTEND = pytest.mark.xfail(
     strict=True,
+    raises=SchemaMismatchError,
     reason="deliberate: online rows without the offline keys ('action', ('next', 'reward')) "
     "raise SchemaMismatchError at extend and nothing is written; TorchRL stores them and "
     "fails at the first mixed sample (torch.cat)",

@@ -3,6 +3,11 @@
 ``mixreplay --help`` lists the commands; ``mixreplay COMMAND --help`` explains one.
 The same command runs as ``python -m mixreplay``.
 
+This package is the command line: this module parses and dispatches; each command lives in
+a module of its own (``mixreplay.cli.datasets``: ``inspect`` and ``convert``;
+``mixreplay.cli.cache``: ``cache``; ``mixreplay.cli.example``: ``example``;
+``mixreplay.demo.cli``: ``demo``).
+
 How commands plug in (the contract for every module listed in :data:`COMMANDS`):
 
 - a :class:`Command` names the command, its one-line help (shown by ``mixreplay
@@ -42,7 +47,15 @@ from mixreplay.errors import (
     SchemaMismatchError,
 )
 
-__all__ = ["COMMANDS", "USER_ERRORS", "Command", "UsageError", "build_parser", "main"]
+__all__ = [
+    "COMMANDS",
+    "USER_ERRORS",
+    "Command",
+    "UsageError",
+    "build_parser",
+    "main",
+    "positive_int",
+]
 
 #: exit status of a user error (argparse's own status for a bad command line)
 USER_ERROR_STATUS = 2
@@ -90,22 +103,22 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "inspect",
         "print a dataset's rows, episodes, schema, size on disk and returns",
-        "mixreplay.cli_datasets:add_dataset_parsers",
+        "mixreplay.cli.datasets:add_dataset_parsers",
     ),
     Command(
         "convert",
         "write a dataset in mixreplay's memmap format",
-        "mixreplay.cli_datasets:add_dataset_parsers",
+        "mixreplay.cli.datasets:add_dataset_parsers",
     ),
     Command(
         "cache",
         "list or clean the dataset cache ($MIXREPLAY_DATA_DIR)",
-        "mixreplay.cli_datasets:add_cache_parser",
+        "mixreplay.cli.cache:add_cache_parser",
     ),
     Command(
         "example",
         "print how a small mixed buffer splits three batches (checks an install; no extras)",
-        "mixreplay.cli:add_example_parser",
+        "mixreplay.cli.example:add_example_parser",
     ),
 )
 
@@ -214,40 +227,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-# -- example -------------------------------------------------------------------------------------
-
-
-def add_example_parser(subparsers) -> None:
-    """``mixreplay example``: the core library at work, nothing but torch and tensordict needed."""
-    example = subparsers.add_parser(
-        "example",
-        help=next(c.help for c in COMMANDS if c.name == "example"),
-        description="Build an OfflineToOnlineReplayBuffer over 10,000 random offline rows, add "
-        "100 online rows, and print how three sampled batches split between the two: "
-        "round(fraction x batch size) offline rows in each. A check that the core install "
-        "works; it needs none of the extras.",
-    )
-    example.add_argument(
-        "--fraction", type=_fraction, default=0.25, help="offline fraction (default 0.25)"
-    )
-    example.add_argument(
-        "--batch-size", type=positive_int, default=256, help="rows per batch (default 256)"
-    )
-    example.set_defaults(func=run_example)
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(
-            f"expected a fraction strictly between 0 and 1, got {text}"
-        )
-    return value
-
-
 def positive_int(text: str) -> int:
     """An argparse ``type=`` for counts: a clear one-line error for ``0``, ``-1`` or ``x``."""
     try:
@@ -257,46 +236,3 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
-
-
-def run_example(args: argparse.Namespace) -> int:
-    import torch
-    from tensordict import TensorDict
-
-    from mixreplay import OfflineDataset, OfflineToOnlineReplayBuffer
-
-    g = torch.Generator().manual_seed(0)
-    n = 10_000
-    offline = OfflineDataset.from_tensordict(
-        TensorDict({"observation": torch.randn(n, 4, generator=g), "tag": torch.zeros(n, 1)}, [n])
-    )
-    rb = OfflineToOnlineReplayBuffer(
-        offline,
-        online_capacity=1000,
-        offline_fraction=args.fraction,
-        batch_size=args.batch_size,
-        generator=0,
-        source_key="source",
-    )
-    rb.extend(
-        TensorDict(
-            {"observation": torch.randn(100, 4, generator=g), "tag": torch.ones(100, 1)}, [100]
-        )
-    )
-    print(rb)
-    expected = round(args.fraction * args.batch_size)
-    for step in range(3):
-        batch = rb.sample()
-        off, on = batch["source"].bincount(minlength=2).tolist()
-        print(
-            f"batch {step}: {off} offline rows + {on} online rows "
-            f"(round({args.fraction} * {args.batch_size}) = {expected})"
-        )
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    # run the imported module's main, not this __main__ copy's: one UsageError class for all
-    from mixreplay.cli import main as _main
-
-    sys.exit(_main())

@@ -28,14 +28,14 @@ phase "ruff check" "$py" -m ruff check mixreplay tests benchmarks examples scrip
 phase "ruff format --check" "$py" -m ruff format --check mixreplay tests benchmarks examples scripts
 phase "mypy" "$py" -m mypy mixreplay
 # -m replaces the default run's (pyproject addopts: not slow, not heavy, not docs): CI runs
-# everything, heavy and slow included; the docs build has a phase of its own below.
-phase "test suite (tensordict 0.14, torchrl 0.14.1; heavy and slow included)" \
-  "$py" -m pytest -m "not docs" -p no:cacheprovider "$@"
+# the heavy tests too; the docs build has a phase of its own below. `slow` (the full demo,
+# ~20 min here, and the racing-process cache test) runs on request: pytest -m slow.
+phase "test suite (tensordict 0.14, torchrl 0.14.1; heavy included)" \
+  "$py" -m pytest -m "not slow and not docs" -p no:cacheprovider "$@"
 
 # tensordict 0.15: TorchRL 0.14.1 pins tensordict<0.15, so the main run uses 0.14.x; the whole
 # TorchRL-free suite runs again with tensordict 0.15 shadowing it (tests marked `torchrl` are
-# the ones that import TorchRL, and are deselected here; heavy tests run here too, slow ones once
-# above).
+# the ones that import TorchRL, and are deselected here; heavy tests run here too).
 td015() {
   "$py" -m pip install --quiet --no-deps --upgrade --target .deps/tensordict-0.15 \
     "tensordict>=0.15,<0.16" || return 1

@@ -7,7 +7,9 @@ operation is timed in rounds that interleave all of them (so a busy machine
 slows them alike); each figure is the best round, and each ratio is taken
 against the uniform ``sample(256)`` of the same run. Targets (issue 13):
 prioritized ``sample(256)`` with weights <= 3x, ``sample`` + ``update_priority``
-<= 4x, slices(8) ``sample(256)`` <= 2x, one-row ``extend`` with a slice sampler
+<= 4x (issue 20: one prioritized source alone, ``sample(256)`` with weights <= 2.5x
+a uniform source of the same rows; TorchRL's ``PrioritizedReplayBuffer`` is timed
+beside it where its C++ extension loads), slices(8) ``sample(256)`` <= 2x, one-row ``extend`` with a slice sampler
 <= 2x a plain one.
 
 ``--designs`` times the sum-tree structures the prioritized sampler could use,
@@ -97,7 +99,38 @@ def buffers(n_off: int, n_on: int):
             prio_offline, online_sampler=PrioritizedSampler(alpha=0.6, beta=0.4)
         ),
         "slices": o2o(sliced_offline, online_sampler=SliceSampler(8)),
+        # one source, the online rows alone: the sampler's own cost, nothing mixed in
+        "single uniform": single(on_rows, None),
+        "single prioritized": single(on_rows, PrioritizedSampler(alpha=0.6, beta=0.4)),
     }
+
+
+def single(rows, sampler):
+    import mixreplay
+
+    rb = mixreplay.ReplayBuffer(
+        storage=mixreplay.LazyTensorStorage(rows.shape[0]), sampler=sampler, generator=0
+    )
+    rb.extend(rows)
+    return rb
+
+
+def torchrl_prioritized(rows):
+    """TorchRL's PrioritizedReplayBuffer on the same rows, or why it cannot run here."""
+    try:
+        from torchrl.data import LazyTensorStorage, PrioritizedReplayBuffer
+
+        rb = PrioritizedReplayBuffer(
+            alpha=0.6, beta=0.4, storage=LazyTensorStorage(rows.shape[0]), batch_size=256
+        )
+        rb.extend(rows)
+        rb.sample()
+    except Exception as err:  # noqa: BLE001 - report whatever stops it
+        return (
+            None,
+            f"TorchRL's PrioritizedReplayBuffer does not run here: {type(err).__name__}: {str(err)[:80]}",
+        )
+    return rb, "TorchRL's PrioritizedReplayBuffer runs here"
 
 
 def mixed(args) -> dict:
@@ -126,8 +159,15 @@ def mixed(args) -> dict:
 
         return f
 
+    su, sp = bufs["single uniform"], bufs["single prioritized"]
+    trl, trl_note = torchrl_prioritized(hopper_rows(args.online, seed=2))
     fns = {
         "uniform sample(256)": lambda: uniform.sample(256),
+        "one source: uniform sample(256)": lambda: su.sample(256),
+        "one source: prioritized sample + weights": lambda: sp.sample(256, return_info=True),
+        "one source: prioritized sample + update": lambda: sp.update_priority(
+            sp.sample(256, return_info=True)[1]["index"], pr
+        ),
         "uniform sample(256, return_info)": lambda: uniform.sample(256, return_info=True),
         "prioritized sample(256) + weights": lambda: prio.sample(256, return_info=True),
         "prioritized sample + update_priority(256)": sample_update(prio),
@@ -140,8 +180,12 @@ def mixed(args) -> dict:
         "uniform step: extend(1) + sample(256)": step(uniform),
         "slices step: extend(1) + sample(256)": step(sl),
     }
+    if trl is not None:
+        fns["TorchRL prioritized sample(256)"] = lambda: trl.sample(256)
     times = interleaved(fns, args.rounds, args.number)
     rows = [
+        ("one source: prioritized sample + weights", "one source: uniform sample(256)", 2.5),
+        ("one source: prioritized sample + update", "one source: uniform sample(256)", None),
         ("prioritized sample(256) + weights", "uniform sample(256)", 3.0),
         ("prioritized sample + update_priority(256)", "uniform sample(256)", 4.0),
         ("slices(8) sample(256)", "uniform sample(256)", 2.0),
@@ -152,6 +196,11 @@ def mixed(args) -> dict:
         ("prioritized extend(1)", "uniform extend(1)", None),
         ("slices step: extend(1) + sample(256)", "uniform step: extend(1) + sample(256)", None),
     ]
+    if trl is not None:
+        rows.append(
+            ("one source: prioritized sample + weights", "TorchRL prioritized sample(256)", None)
+        )
+    print(trl_note)
     print(
         f"torch {torch.__version__}, threads {torch.get_num_threads()}, offline {args.offline:,} "
         f"rows, online {args.online:,} rows, best of {args.rounds} interleaved rounds"

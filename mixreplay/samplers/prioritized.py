@@ -467,7 +467,9 @@ class PrioritizedSampler(Sampler):
         gdev = generator.device
         u = torch.rand(n, generator=generator, dtype=torch.float64, device=gdev)
         if self._stratified:
-            u.add_(torch.randperm(n, generator=generator, device=gdev)).div_(n)
+            # a float64 permutation: the same draws as an int64 one, and no cast in the add
+            perm = torch.randperm(n, generator=generator, device=gdev, dtype=torch.float64)
+            u.add_(perm).div_(n)
         if u.device != tree.device:
             u = u.to(tree.device)
         return tree.sample(u)
@@ -477,10 +479,15 @@ class PrioritizedSampler(Sampler):
         tree = self._tree
         if tree is None or not self._in_sync(storage):
             tree = self._sync(storage)
-        p = tree.levels()[0].index_select(0, index.reshape(-1).to(tree.device))
+        if index.dim() != 1 or index.device != tree.device or index.dtype != torch.int64:
+            index = index.reshape(-1).to(device=tree.device, dtype=torch.int64)
+        p = tree.values_at(index)  # no gather when `index` is what sample() just returned
         if self._beta == 0.0:
             return torch.ones(p.shape, dtype=torch.float32, device=p.device)
-        return (tree.min_tensor() / p).pow_(self._beta).to(torch.float32)
+        w = torch.div(tree.min_tensor(), p)
+        if self._beta != 1.0:
+            w = w.pow_(self._beta)
+        return w.to(torch.float32)
 
     # -- priorities ------------------------------------------------------------------------
 
@@ -522,12 +529,20 @@ class PrioritizedSampler(Sampler):
         device = tree.device if tree is not None else priority.device
         index = index.reshape(-1).to(device=device, dtype=torch.int64)
         raw = priority.reshape(-1).to(device=device, dtype=torch.float64)
-        p = raw.abs().add_(self._eps)
+        magnitude = raw.abs()
+        p = magnitude + self._eps
         if self._alpha != 1.0:
             p = p.pow_(self._alpha)
         largest = _largest(tree.capacity if tree is not None else 1)
+        # every bound read back at once: one host synchronisation per update
+        parts = []
         if p.numel():
-            lo, hi, hi_raw = torch.stack([p.min(), p.max(), raw.abs().max()]).tolist()  # one sync
+            parts += [*torch.aminmax(p), magnitude.max()]
+        if index.numel():
+            parts += [x.to(torch.float64) for x in torch.aminmax(index)]  # exact below 2**53
+        bounds = torch.stack(parts).tolist() if parts else []
+        if p.numel():
+            lo, hi, hi_raw = bounds[:3]
             if not (lo > 0.0 and hi <= largest):  # NaN fails both
                 self._priority_error(raw, p, largest, positions)
         else:
@@ -539,7 +554,7 @@ class PrioritizedSampler(Sampler):
                     "its storage; attach it (sampler.attach(storage)) or sample from it first"
                 )
             filled = self._filled if tree is not None else 0
-            first, last = (int(x) for x in torch.aminmax(index))
+            first, last = (int(x) for x in bounds[-2:])
             if first < 0 or last >= filled:
                 valid = f"valid slots: 0..{filled - 1}" if filled else "sample from it first"
                 raise IndexError(

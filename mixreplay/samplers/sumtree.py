@@ -82,6 +82,12 @@ class SumTree:
 
     #: levels of maximums (``track_max``); a class default, so trees pickled without it load
     _maxs: list[torch.Tensor] | None = None
+    #: scratch for :meth:`_last_write_wins` (never pickled: rebuilt on use)
+    _scratch: torch.Tensor | None = None
+    _positions: torch.Tensor | None = None
+    #: caches added after trees were first pickled (class defaults, so those load)
+    _below: torch.Tensor | None = None
+    _drawn: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def __init__(
         self,
@@ -120,7 +126,10 @@ class SumTree:
     def _clear_cache(self) -> None:
         self._cums: torch.Tensor | None = None  # inclusive cumsum of the top level
         self._excl: torch.Tensor | None = None  # exclusive cumsum of the top level
+        self._below: torch.Tensor | None = None  # [total * _BELOW], 1 value: sums stay under it
         self._least: torch.Tensor | None = None  # smallest positive value, 0-d
+        # the slots the last :meth:`sample` returned and their values (read by :meth:`values_at`)
+        self._drawn: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def depth(self) -> int:
@@ -140,6 +149,13 @@ class SumTree:
             self._cums = top.cumsum(0)
             self._excl = self._cums - top
         return self._cums, self._excl
+
+    def _guard(self) -> torch.Tensor:
+        """``[total * _BELOW]``: the largest prefix sum searched (cached with the top level)."""
+        below = self._below
+        if below is None:
+            below = self._below = self._top()[0][-1:] * _BELOW
+        return below
 
     def total(self) -> float:
         """The sum of every value."""
@@ -205,11 +221,51 @@ class SumTree:
         """The slots at prefix sums ``u * total`` for fractions ``u`` in ``[0, 1)`` (1-D, float64).
 
         :meth:`find` for the sampler's hot path: ``u`` must already be a 1-D
-        float64 tensor on the tree's device.
+        float64 tensor on the tree's device. The values of
+        the slots returned are kept until the tree next changes: :meth:`values_at`
+        of the same tensor reads them without another gather.
         """
-        cums, _ = self._top()
-        # u < 1, but u * total can round up to the total: keep it strictly below
-        return self._descend(torch.minimum(u * cums[-1], cums[-1:] * _BELOW))
+        # u < 1, so u * (total * _BELOW) <= total * _BELOW < total, rounding included
+        s = u * self._guard()
+        node, value = self._descend_lean(s)
+        self._drawn = (node, value)
+        return node
+
+    def values_at(self, index: torch.Tensor) -> torch.Tensor:
+        """The values at slots ``index`` (1-D int64 on the tree's device): no gather when
+        ``index`` is the tensor the last :meth:`sample` returned and nothing changed since."""
+        drawn = self._drawn
+        if drawn is not None and drawn[0] is index:
+            return drawn[1]
+        return self._sums[0].index_select(0, index)
+
+    def _descend_lean(self, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`_descend` for sums in ``[0, total * _BELOW]`` (may modify ``s``): the slots
+        and their values.
+
+        Each level keeps its sum strictly below the row it searches, so the child
+        found always holds a positive value; a subtraction ``a - b`` with ``a >= b``
+        never rounds below 0, so no clamp is needed on the way down.
+        """
+        cums, excl = self._top()
+        top = cums.shape[0]
+        node = search(cums, s).remainder_(top)  # `top` only when the total is 0
+        if not self.depth:
+            return node, self._sums[-1].index_select(0, node)
+        b = self.arity
+        s = s.sub_(excl.index_select(0, node)).unsqueeze_(1)
+        levels = self._sums[:-1]
+        for d in range(len(levels) - 1, -1, -1):
+            kids = torch.index_select(levels[d].view(-1, b), 0, node)  # [n, b]
+            row = kids.cumsum(1)
+            s = torch.minimum(s, row[:, -1:] * _BELOW)
+            # the count of row sums <= s (searchsorted's right=True, without its thread pool)
+            child = torch.le(row, s).sum(1, keepdim=True).remainder_(b)  # b: the row sums to 0
+            node = torch.add(child.view(-1), node, alpha=b)
+            if not d:
+                return node, kids.gather(1, child).view(-1)
+            s = s.sub_(row.sub_(kids).gather(1, child))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _descend(self, s: torch.Tensor) -> torch.Tensor:
         cums, excl = self._top()
@@ -272,7 +328,7 @@ class SumTree:
         """:meth:`update` without the checks: ``index`` valid int64 slots (1-D) and ``values``
         finite non-negative float64, one per slot or a 0-d tensor for all, on the tree's device."""
         if values.dim() and index.numel() > 1:
-            index, values = _last_write_wins(index, values)
+            values = self._last_write_wins(index, values)
         sums, mins = self._sums, self._mins
         sums[0].index_put_((index,), values)
         mins[0].index_put_((index,), values.masked_fill(values <= 0, _INF))
@@ -294,6 +350,28 @@ class SumTree:
                     (node,), torch.index_select(maxs[d - 1].view(-1, b), 0, node).amax(1)
                 )
         self._clear_cache()
+
+    def _last_write_wins(self, index: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """``values`` with each duplicate slot's entries replaced by the value of its last
+        occurrence, so that writes in any order leave what a loop over the batch would.
+
+        Three ops and no sort: the largest batch position per slot is scattered into a
+        scratch array of ``capacity`` int32 (kept between calls; the slots it touches
+        are overwritten, the others are never read), then read back per entry.
+        """
+        n = index.shape[0]
+        scratch = self._scratch
+        if scratch is None or scratch.device != index.device:
+            scratch = self._scratch = torch.empty(
+                self.capacity, dtype=torch.int32, device=index.device
+            )
+        positions = self._positions
+        if positions is None or positions.shape[0] < n or positions.device != index.device:
+            positions = self._positions = torch.arange(
+                max(n, 256), dtype=torch.int32, device=index.device
+            )
+        scratch.scatter_reduce_(0, index, positions[:n], "amax", include_self=False)
+        return values.index_select(0, scratch.index_select(0, index))
 
     def set_leaves(self, values: torch.Tensor) -> None:
         """Replace every value at once: ``values`` fills slots ``[0, len(values))``, the rest become 0."""
@@ -356,18 +434,11 @@ class SumTree:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state.update(_cums=None, _excl=None, _least=None)  # caches are rebuilt on use
+        # caches and scratch are rebuilt on use
+        state.update(_cums=None, _excl=None, _below=None, _least=None, _drawn=None)
+        state.pop("_scratch", None)
+        state.pop("_positions", None)
         return state
 
     def __repr__(self) -> str:
         return f"SumTree(capacity={self.capacity}, total={self.total():.6g}, device={self.device})"
-
-
-def _last_write_wins(
-    index: torch.Tensor, values: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keep, for each distinct slot, the value of its last occurrence in the batch."""
-    slots, order = torch.sort(index, stable=True)
-    last = torch.ones_like(slots, dtype=torch.bool)
-    torch.ne(slots[1:], slots[:-1], out=last[:-1])
-    return slots[last], values[order[last]]

@@ -32,6 +32,7 @@ from mixreplay.data_types import codec_from_json, one_row, to_rows
 from mixreplay.errors import CheckpointError, SchemaMismatchError
 from mixreplay.layout import RowLayout
 from mixreplay.schema import Schema
+from mixreplay.storages import _hugepages
 from mixreplay.storages.base import PackedStorage, as_device, check_ndim, check_rows
 
 __all__ = ["LazyMemmapStorage", "LazyTensorStorage", "TensorStorage", "check_saved_rows"]
@@ -261,7 +262,9 @@ class TensorStorage(PackedStorage):
         return 0 if self._rows is None else self.max_size * self.row_bytes
 
     def _allocate(self, layout: RowLayout) -> torch.Tensor:
-        return torch.zeros(self.max_size, layout.row_words, dtype=torch.int64, device=self.device)
+        # 2 MiB aligned on transparent huge pages where the OS offers them (opt out:
+        # MIXREPLAY_HUGEPAGES=0); plain zeros otherwise
+        return _hugepages.zeros(self.max_size, layout.row_words, torch.device(self.device))
 
     def _pack(self, data: TensorDictBase, layout: RowLayout) -> torch.Tensor:
         """The rows of ``data`` as new packed words on this storage's device (validated whole)."""

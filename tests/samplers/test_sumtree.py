@@ -257,3 +257,64 @@ def test_the_max_levels_follow_every_update(case, set_first):
         ValueError, match=r"SumTree.max_tensor needs a tree built with track_max=True"
     ):
         plain.max_tensor()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(st.floats(0.0, 100.0, allow_nan=False), min_size=1, max_size=200),
+    fractions=st.lists(
+        st.floats(0.0, 1.0, allow_nan=False, exclude_max=True), min_size=1, max_size=30
+    ),
+    shape=st.sampled_from([(32, 4096), (2, 1), (3, 4), (4, 7)]),
+)
+def test_sample_is_find_with_the_values_of_the_slots(values, fractions, shape):
+    """The sampler's lean descent lands where :meth:`find` does (boundaries aside), only on
+    positive slots, and hands back the values of the slots it found."""
+    arity, top = shape
+    tree = SumTree(len(values), arity=arity, top=top)
+    tree.update(torch.arange(len(values)), torch.tensor(values, dtype=torch.float64))
+    v = np.asarray(values)
+    if v.sum() == 0:
+        return
+    u = torch.tensor(fractions, dtype=torch.float64)
+    kept = u.clone()
+    slots = tree.sample(u)
+    assert torch.equal(u, kept)  # the caller's fractions are not overwritten
+    assert (v[slots.numpy()] > 0).all()
+    assert torch.equal(tree.values_at(slots), tree.leaves[slots])
+    cum = np.cumsum(v)
+    prefix = np.asarray(fractions) * tree.total()
+    expected = np.searchsorted(cum, prefix, side="right")
+    on_boundary = np.isclose(prefix[:, None], cum[None, :], rtol=1e-9, atol=1e-12).any(1)
+    assert (slots.numpy() == expected)[~on_boundary].all()
+
+
+def test_values_at_forgets_the_draw_once_the_tree_changes():
+    tree = SumTree(100, arity=4, top=8)
+    tree.update(torch.arange(100), torch.ones(100, dtype=torch.float64))
+    slots = tree.sample(torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64))
+    tree.update(slots, torch.tensor([7.0, 8.0, 9.0], dtype=torch.float64))
+    assert tree.values_at(slots).tolist() == [7.0, 8.0, 9.0]
+    other = slots.clone()  # another tensor: always read from the leaves
+    assert tree.values_at(other).tolist() == [7.0, 8.0, 9.0]
+
+
+def test_last_write_wins_across_calls_and_after_pickling():
+    """The scratch array is reused between updates (stale entries never leak) and is not
+    pickled; a tree pickled before the caches existed loads and samples."""
+    import pickle
+
+    tree = SumTree(50)
+    tree.update(torch.tensor([3, 3, 9, 3]), torch.tensor([1.0, 2.0, 5.0, 4.0]))
+    tree.update(torch.tensor([9, 3, 9]), torch.tensor([6.0, 7.0, 0.5]))
+    assert tree.get(torch.tensor([3, 9])).tolist() == [7.0, 0.5]
+    state = tree.__getstate__()
+    assert "_scratch" not in state and "_positions" not in state
+    old = {k: v for k, v in state.items() if k not in ("_below", "_drawn")}  # an older pickle
+    restored = SumTree.__new__(SumTree)
+    restored.__dict__.update(old)
+    assert restored.sample(torch.tensor([0.99], dtype=torch.float64)).tolist() == [9]
+    restored.update(torch.tensor([1, 1]), torch.tensor([2.0, 3.0]))
+    assert restored.get(torch.tensor([1])).tolist() == [3.0]
+    again = pickle.loads(pickle.dumps(restored))
+    assert torch.equal(again.leaves, restored.leaves)

@@ -9,7 +9,7 @@ import pytest
 
 from tests.benchmarks.test_bench_smoke import run_bench
 
-pytestmark = pytest.mark.slow  # each starts a process that imports torch and TorchRL (> 5 s)
+pytestmark = pytest.mark.heavy  # each starts a process that imports torch and TorchRL (> 5 s)
 
 
 @pytest.mark.torchrl

@@ -14,9 +14,10 @@ from mixreplay.demo.report import (
 )
 
 
-def record(arm, seed, step, ret, success=0.0):
+def record(arm, seed, step, ret, success=0.0, dataset=None):
     return {
         "arm": arm,
+        "dataset": ("" if arm == "online" else "expert") if dataset is None else dataset,
         "seed": seed,
         "step": step,
         "return": ret,
@@ -72,11 +73,11 @@ def test_summary_table_text():
 def test_csv_round_trip(tmp_path):
     path = write_csv(RECORDS, tmp_path / "results.csv")
     header = path.read_text().splitlines()[0].split(",")
-    assert header == list(COLUMNS) and header[:4] == ["arm", "seed", "step", "return"]
+    assert header == list(COLUMNS) and header[:5] == ["arm", "dataset", "seed", "step", "return"]
     back = read_csv(path)
     assert len(back) == len(RECORDS)
-    assert {(r["arm"], r["seed"], r["step"], r["return"]) for r in back} == {
-        (r["arm"], r["seed"], r["step"], r["return"]) for r in RECORDS
+    assert {(r["arm"], r["dataset"], r["seed"], r["step"], r["return"]) for r in back} == {
+        (r["arm"], r["dataset"], r["seed"], r["step"], r["return"]) for r in RECORDS
     }
 
 

@@ -183,7 +183,9 @@ def check_dependencies(task: Task | None = None) -> None:
     task = task or TASKS[DEFAULT_TASK]
     absent = [name for name in (*DEPENDENCIES, *task.modules) if missing(name)]
     if absent:
-        command = "mixreplay demo" if task.name == DEFAULT_TASK else f"mixreplay demo --task {task.name}"
+        command = (
+            "mixreplay demo" if task.name == DEFAULT_TASK else f"mixreplay demo --task {task.name}"
+        )
         raise MissingDependencyError(
             f"{command} needs {', '.join(absent)}, which "
             f"{'is' if len(absent) == 1 else 'are'} not installed; "
@@ -208,7 +210,9 @@ def check_options(args: argparse.Namespace) -> tuple[Task, list[str]]:
     from mixreplay.cli import UsageError
 
     task = TASKS[args.task]
-    text = ",".join(task.quick_arms if args.quick else task.arms) if args.arms is None else args.arms
+    text = (
+        ",".join(task.quick_arms if args.quick else task.arms) if args.arms is None else args.arms
+    )
     arms = [a.strip() for a in text.split(",") if a.strip()]
     unknown = sorted(set(arms) - set(ARMS))
     if unknown or not arms:

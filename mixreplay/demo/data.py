@@ -197,9 +197,7 @@ def write_dataset(
         shutil.rmtree(path, ignore_errors=True)
         raise
     returns = episode_returns(episodes)
-    log.info(
-        "wrote %s: %d episodes, mean return %.1f", dataset_id, len(episodes), np.mean(returns)
-    )
+    log.info("wrote %s: %d episodes, mean return %.1f", dataset_id, len(episodes), np.mean(returns))
     return path
 
 

@@ -31,7 +31,7 @@ def route_mujoco_warnings() -> None:
     global _routed
     if _routed or importlib.util.find_spec("mujoco") is None:
         return
-    import mujoco
+    import mujoco  # type: ignore[import-untyped]
 
     mujoco.set_mju_user_warning(_on_warning)
     _routed = True

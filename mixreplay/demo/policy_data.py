@@ -91,6 +91,8 @@ def make_policy_datasets(task: Task, progress: Callable[[int], None] | None = No
     if recipe is None:
         raise ValueError(f"task {task.name!r} has no policy recipe")
     wanted = missing_datasets(task)
+    if not wanted:
+        return []
     start, cpu_start = time.perf_counter(), time.process_time()
     spec = RunSpec(
         arm="online",
@@ -193,7 +195,6 @@ def _rollout(
         seed=recipe.seed,
         progress=progress,
     )
-
 
 
 def run_job(job: Task | RunSpec, progress: Callable[[int], None] | None = None) -> list[dict]:

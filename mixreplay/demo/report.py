@@ -109,9 +109,7 @@ def _group_order(groups: Iterable[Group]) -> list[Group]:
     groups = list(groups)
     datasets = list(dict.fromkeys(d for d, _ in groups))
     datasets.sort(key=lambda d: d != "")
-    return [
-        (d, arm) for d in datasets for arm in _arm_order([a for dd, a in groups if dd == d])
-    ]
+    return [(d, arm) for d in datasets for arm in _arm_order([a for dd, a in groups if dd == d])]
 
 
 def datasets_of(records: Iterable[dict]) -> list[str]:
@@ -335,9 +333,7 @@ def plot_panels(
     dataset_returns = dataset_returns or {}
     grouped = _by_group_seed(records)
     datasets = datasets_of(records) or [""]
-    fig = Figure(
-        figsize=(5.2 * len(datasets), 6.4), layout="constrained", dpi=110
-    )
+    fig = Figure(figsize=(5.2 * len(datasets), 6.4), layout="constrained", dpi=110)
     FigureCanvasAgg(fig)
     axes = fig.subplots(2, len(datasets), sharex=True, sharey="row", squeeze=False)
     for col, dataset in enumerate(datasets):

@@ -18,8 +18,8 @@ import multiprocessing as mp
 import os
 import queue as queue_module
 from collections.abc import Callable, Sequence
-from typing import Any
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Any
 
 __all__ = ["default_workers", "run_specs", "start_workers"]
 

@@ -11,9 +11,10 @@ import pytest
 
 from mixreplay.cli import UsageError, main
 from mixreplay.demo.cli import DEPENDENCIES, QUICK, add_demo_parser, check_dependencies, run_demo
-from mixreplay.demo.config import ARMS, DEFAULTS
+from mixreplay.demo.config import DEFAULTS
 from mixreplay.demo.progress import RunBars, RunLines
 from mixreplay.demo.report import COLUMNS, read_csv, summarize
+from mixreplay.demo.tasks import TASKS
 from mixreplay.errors import MissingDependencyError
 
 
@@ -26,8 +27,11 @@ def parse(*argv: str) -> argparse.Namespace:
 def test_parser_defaults():
     args = parse()
     assert args.func is run_demo
-    assert (args.utd, args.batch_size, args.hidden, args.threshold) == (1, 128, 128, 80.0)
-    assert args.env == "MountainCarContinuous-v0"
+    assert (args.utd, args.batch_size, args.hidden) == (1, 128, 128)
+    assert args.task == "mountaincar" and args.env is None and args.threshold is None
+    assert TASKS["mountaincar"].threshold == 80.0 and TASKS["mountaincar"].env_id == (
+        "MountainCarContinuous-v0"
+    )
 
 
 def test_quick_is_shorter_than_the_default_run():
@@ -38,7 +42,10 @@ def test_quick_is_shorter_than_the_default_run():
 @pytest.mark.parametrize(
     ("argv", "match"),
     [
-        (["--arms", "online,both"], "--arms takes a comma-separated subset of online,mixed,anneal"),
+        (
+            ["--arms", "online,both"],
+            "--arms takes a comma-separated subset of online,mixed,anneal,proportional,gated",
+        ),
         (["--arms", ","], "--arms takes"),
         (
             ["--env", "Pendulum-v1", "--quick"],
@@ -58,8 +65,8 @@ def test_bad_options_print_one_line_and_exit_2(tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == (
-        "mixreplay: error: --arms takes a comma-separated subset of online,mixed,anneal, "
-        "got 'both'\n"
+        "mixreplay: error: --arms takes a comma-separated subset of "
+        "online,mixed,anneal,proportional,gated, got 'both'\n"
     )
 
 
@@ -155,7 +162,8 @@ def check_outputs(out, *, seeds: int, steps: int, eval_every: int):
     evals = list(range(eval_every, steps + 1, eval_every))
     if evals[-1] != steps:
         evals.append(steps)
-    expected = {(arm, seed, step) for arm in ARMS for seed in range(seeds) for step in evals}
+    arms = TASKS["mountaincar"].arms
+    expected = {(arm, seed, step) for arm in arms for seed in range(seeds) for step in evals}
     assert {(r["arm"], r["seed"], r["step"]) for r in records} == expected
     assert len(records) == len(expected)
     for r in records:

@@ -330,8 +330,13 @@ def _recipe_to_run(args: argparse.Namespace, task: Task, arms: list[str]) -> boo
     return bool(missing_datasets(task))
 
 
-def _run_jobs(jobs: Sequence, workers: int, report, target=None) -> list[list[dict]]:
-    """Run ``jobs`` in worker processes with a progress display; each job's records."""
+def _run_jobs(
+    jobs: Sequence, workers: int, report, target=None, on_records=None
+) -> list[list[dict]]:
+    """Run ``jobs`` in worker processes with a progress display; each job's records.
+
+    ``on_records(records)``, when given, hears each job's records as it finishes.
+    """
     from mixreplay.demo.policy_data import recipe_steps
     from mixreplay.demo.runner import run_specs
 
@@ -343,7 +348,9 @@ def _run_jobs(jobs: Sequence, workers: int, report, target=None) -> list[list[di
 
     def finished(i: int, records: list[dict]) -> None:
         results[i] = records
-        bars.finish(i)
+        bars.finish(i, records)
+        if on_records is not None:
+            on_records(records)
 
     with report(labels, totals) as bars:
         run_specs(
@@ -435,6 +442,14 @@ def run_demo(args: argparse.Namespace) -> int:
     report = RunBars if sys.stderr.isatty() else RunLines
     records: list[dict] = []
     made: list[dict] = []
+
+    def keep(rows: list[dict]) -> None:
+        """results.csv grows run by run, so a long benchmark can be read while it runs."""
+        if rows and "arm" not in rows[0]:  # the dataset recipe's report, not a run's
+            return
+        records.extend(rows)
+        write_csv(records, out / "results.csv")
+
     if _recipe_to_run(args, task, arms):
         from mixreplay.demo.policy_data import missing_datasets, run_job
 
@@ -447,16 +462,16 @@ def run_demo(args: argparse.Namespace) -> int:
             "runs beside it",
             flush=True,
         )
-        first = _run_jobs([task, *build_specs(args, online=True)], workers, report, run_job)
+        jobs = [task, *build_specs(args, online=True)]
+        first = _run_jobs(jobs, workers, report, run_job, on_records=keep)
         made = first[0]
         _say_made(made)
-        records += [r for rows in first[1:] for r in rows]
         specs = build_specs(args, prepare_datasets(args), online=False)
     else:
         specs = build_specs(args, prepare_datasets(args))
     returns = {s.dataset: s.dataset_return for s in specs if s.dataset_return is not None}
     prepared = time.perf_counter()
-    records += [r for rows in _run_jobs(specs, workers, report) for r in rows]
+    _run_jobs(specs, workers, report, on_records=keep)
 
     csv_path = write_csv(records, out / "results.csv")
     title = f"{env_id}: SAC, {seeds} seeds x {steps:,} steps, UTD {args.utd}"

@@ -194,9 +194,11 @@ class RunLines:
     def advance(self, index: int, steps: int) -> None:
         self.steps[index] += steps
 
-    def finish(self, index: int, _records: object = None) -> None:
+    def finish(self, index: int, records: object = None) -> None:
         took = self.clock() - self.began.get(index, self.origin)
-        self._say(f"{self.labels[index]}: {self.steps[index]:,} steps in {took:.0f} s")
+        last = records[-1] if isinstance(records, list) and records else {}
+        ending = f", final return {last['return']:,.1f}" if "return" in last else ""
+        self._say(f"{self.labels[index]}: {self.steps[index]:,} steps in {took:.0f} s{ending}")
 
     def tick(self) -> None:
         """Nothing to redraw."""

@@ -155,6 +155,17 @@ def test_lines_in_a_log_show_each_run_its_own_time():
     ]
 
 
+def test_a_finished_runs_line_gives_its_final_return():
+    out = io.StringIO()
+    lines = RunLines(["a, seed 0"], [10], file=out, clock=lambda: 0.0)
+    lines.start(0)
+    lines.advance(0, 10)
+    lines.finish(0, [{"step": 5, "return": 1.0}, {"step": 10, "return": 1234.56}])
+    assert out.getvalue().splitlines()[-1] == (
+        "[   0 s] a, seed 0: 10 steps in 0 s, final return 1,234.6"
+    )
+
+
 def check_outputs(out, *, seeds: int, steps: int, eval_every: int):
     records = read_csv(out / "results.csv")
     header = (out / "results.csv").read_text().splitlines()[0].split(",")

@@ -600,17 +600,19 @@ class ReturnGated(Schedule):
     """The offline share, lowered as the agent's returns pass the dataset's.
 
     ``start`` while the agent's best smoothed return is at most ``low``, ``end`` from
-    the moment it reaches ``high``, linear in between. The training loop reports each
-    finished episode's return with :meth:`observe`; the smoothed return is the mean of
-    the last ``window`` reports, and the schedule keeps the best one seen, so the value
-    only ever moves from ``start`` towards ``end``: a bad episode later does not bring
-    the offline data back. The step is ignored.
+    the moment it reaches ``high``, linear in between. The training loop reports the
+    agent's returns with :meth:`observe`; the smoothed return is the mean of the last
+    ``window`` reports, and the schedule keeps the best one seen, so the value only
+    ever moves from ``start`` towards ``end``: a bad report later does not bring the
+    offline data back. The step is ignored.
 
     Set ``low`` and ``high`` from the dataset's mean episode return ``R``
-    (``mixreplay inspect`` prints it). With ``low = 0.5 * R`` and ``high = R``, data
-    better than the agent keeps its share for as long as it is better, and data the
-    agent has caught up with stops taking half of every batch (see
-    ``docs/offline-data-helps.md`` for what that does on HalfCheetah).
+    (``mixreplay inspect`` prints it), and report returns that compare with it: the
+    evaluation returns of the deterministic policy, since training episodes carry the
+    exploration noise (on HalfCheetah, SAC's training returns ran at a third of its
+    evaluation returns or less). With ``low = 0.5 * R`` and ``high = R``, data better than
+    the agent keeps its share while it is better, and data the agent has caught up with
+    stops taking half of every batch (``docs/offline-data-helps.md`` measures it).
 
     The observed state (``best`` and the ``recent`` returns) is part of the schedule's
     parameters: :meth:`to_config`, ``pickle`` and a buffer's checkpoint carry it, and a

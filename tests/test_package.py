@@ -142,6 +142,7 @@ def test_every_doc_python_block_is_run_by_a_test():
         "README.md": "tests/test_package.py",
         "datasets.md": "tests/datasets/test_datasets_doc.py",
         "scaling.md": "tests/distributed/test_docs.py",
+        "offline-data-helps.md": "tests/demo/test_offline_data_doc.py",
     }
     for path in DOCS:
         if any(lang == "python" for lang, _ in _blocks(path)):

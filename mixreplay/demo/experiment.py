@@ -8,9 +8,12 @@ Arms:
   over the run (``rb.anneal(step, total_steps)`` every step);
 - ``proportional``: the offline share is the offline rows' share of all rows
   (:class:`~mixreplay.schedules.Proportional`): every stored row equally likely;
-- ``gated``: 0.5 until the agent's training returns pass half the dataset's mean return,
-  then lowered linearly to 0 as they reach it (:class:`~mixreplay.schedules.ReturnGated`,
-  the mean of the last :data:`GATE_WINDOW` episodes).
+- ``gated``: 0.5 until the agent's evaluation returns pass half the dataset's mean return,
+  then lowered linearly to 0 as they reach it (:class:`~mixreplay.schedules.ReturnGated`
+  fed the mean of the last :data:`GATE_WINDOW` evaluations). Evaluation returns, of the
+  deterministic policy, are what compares with a dataset rolled out from a policy: the
+  training episodes' returns, with SAC's exploration noise, ran a third of them or less
+  here (online SAC at 20,000 steps: 244 against 834).
 
 :func:`run_arm` is what each worker process executes; it returns one record per
 evaluation and never prints (progress goes to an optional callback).
@@ -38,8 +41,8 @@ log = logging.getLogger(__name__)
 
 OFFLINE_FRACTION = 0.5
 #: the gated arm: the offline share starts to fall at GATE_LOW x the dataset's mean return
-#: and reaches 0 at GATE_HIGH x that return, of the mean of the last GATE_WINDOW episodes
-GATE_LOW, GATE_HIGH, GATE_WINDOW = 0.5, 1.0, 3
+#: and reaches 0 at GATE_HIGH x that return, of the mean of the last GATE_WINDOW evaluations
+GATE_LOW, GATE_HIGH, GATE_WINDOW = 0.5, 1.0, 2
 # success rate of the training episodes is taken over this many most recent episodes
 TRAIN_WINDOW = 10
 
@@ -184,7 +187,7 @@ def run_arm(
     )
     buffer = make_buffer(spec, torch.Generator().manual_seed(spec.seed))
     schedule = None if spec.arm == "online" else buffer.schedule
-    gate = schedule if isinstance(schedule, ReturnGated) else None  # hears episode returns
+    gate = schedule if isinstance(schedule, ReturnGated) else None  # hears evaluations
     rng = np.random.default_rng(spec.seed)
     low, high = act_space.low, act_space.high
 
@@ -206,8 +209,6 @@ def run_arm(
         obs = next_obs
         if terminated or truncated:
             recent.append((episode_return, terminated))
-            if gate is not None:
-                gate.observe(episode_return)
             episodes += 1
             episode_return = 0.0
             obs, _ = env.reset()
@@ -241,6 +242,8 @@ def run_arm(
                 }
             )
             log.debug("%s seed %d step %d: %s", spec.arm, spec.seed, step, records[-1])
+            if gate is not None:  # from the next step on
+                gate.observe(eval_return)
             if on_evaluate is not None:
                 on_evaluate(agent, records[-1])
         if progress is not None and (step % spec.progress_every == 0 or step == spec.steps):

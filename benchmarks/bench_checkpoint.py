@@ -221,7 +221,9 @@ def bench_concurrency(args) -> list:
 
 def main(argv=None):
     p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        allow_abbrev=False,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--filled", type=int, default=100_000)

@@ -756,7 +756,9 @@ def draw_memory(ax, pts: list) -> None:
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        allow_abbrev=False,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--curve", choices=(*CURVES, "all"), action="append", help="repeatable")
     p.add_argument("--quick", action="store_true", help="tiny sizes, one round: a smoke test")

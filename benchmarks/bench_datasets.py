@@ -309,7 +309,7 @@ def mb(n: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--rows", type=int, default=1_000_000, help="rows of the cached dataset opened"
     )

@@ -218,7 +218,9 @@ def hot_paths(baseline: str, rounds: int) -> dict:
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        allow_abbrev=False,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--capacity", type=int, default=100_000)
     p.add_argument("--rounds", type=int, default=9)

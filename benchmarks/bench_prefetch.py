@@ -99,7 +99,9 @@ def run(rb, work, steps: int, row, acc: dict) -> None:
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        allow_abbrev=False,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--rounds", type=int, default=5)

@@ -241,9 +241,9 @@ def chunk_overhead(offline_rows: int, messages: int) -> dict:
             t = time.perf_counter()
             host.extend_packed(packer.key, message, None, False)
             t1 = time.perf_counter()
-            (seq,) = ids.take(1)
-            host.extend_packed(packer.key, message, None, False, ids.chunk_id(seq))
-            ids.done([seq])
+            (start,) = ids.take([len(message)])
+            host.extend_packed(packer.key, message, None, False, ids.chunk_id(start))
+            ids.done([start])
             t2 = time.perf_counter()
             message.copy()  # what the writer keeps until the actor acknowledges
             t3 = time.perf_counter()
@@ -268,7 +268,7 @@ def fmt_rate(x: float | None) -> str:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter runs")
     parser.add_argument("--seconds", type=float, default=None, help="seconds per throughput run")
     parser.add_argument("--no-torchrl", action="store_true", help="skip TorchRL's RayReplayBuffer")

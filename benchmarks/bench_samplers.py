@@ -401,7 +401,9 @@ def profile(args) -> None:
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        allow_abbrev=False,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--number", type=int, default=300, help="calls per round")

@@ -67,7 +67,9 @@ def peak_rss_mb() -> float:
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        allow_abbrev=False,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--offline", type=int, default=1_000_000)

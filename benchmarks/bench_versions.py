@@ -121,7 +121,7 @@ def run_child(root: pathlib.Path, scratch: str, offline: int, online: int) -> di
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", required=True, type=pathlib.Path, help="another checkout")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--offline", type=int, default=200_000, help="offline rows")

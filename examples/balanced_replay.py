@@ -111,7 +111,9 @@ def run(
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        allow_abbrev=False,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)

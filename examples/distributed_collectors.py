@@ -44,7 +44,9 @@ written there; with a dataset on shared storage, drop the pin and pass its path.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import sys
 import tempfile
 import time
 
@@ -189,15 +191,19 @@ def define_collector(ray):
             return out
 
         def close(self) -> int:
-            """Wait until every row sent has been written; return how many were sent."""
-            self.writer.flush()
+            """Wait until every row sent has been written; return how many were sent.
+
+            Closing the writer also tells the buffer actor that this writer is done, so
+            its record is the first to go when the actor's table of writers is full.
+            """
+            self.writer.close()
             return self.writer.rows_sent
 
     return Collector
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument(
         "--address", default=None, help="a running cluster ('auto'); default: a local one"
     )
@@ -210,6 +216,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--prefetch", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    missing = [name for name in ("ray", "gymnasium") if importlib.util.find_spec(name) is None]
+    if missing:  # one line, not a traceback from inside an import
+        sys.exit(
+            f"examples/distributed_collectors.py: error: needs {', '.join(missing)}, not "
+            'installed; pip install "mixreplay[ray,demo]"'
+        )
 
     import gymnasium as gym
     import ray
@@ -266,6 +278,12 @@ def main(argv=None) -> dict:
                 continue
             agent.update(learner)  # samples through the handle, prefetching
             updates += 1
+            if updates % 250 == 0:
+                print(
+                    f"{updates:,}/{args.updates:,} updates, {env_steps:,} env steps collected, "
+                    f"{time.perf_counter() - t0:.0f} s",
+                    flush=True,
+                )
             if updates % 50 == 0:  # publish a new policy snapshot
                 weights = ray.put(agent.actor.state_dict())
         learn_s = time.perf_counter() - t_learn

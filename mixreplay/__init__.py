@@ -30,9 +30,9 @@ _EXPORTS = {
     "LazyTensorStorage": "mixreplay.storages",
     "MissingDependencyError": "mixreplay.errors",
     "MixreplayError": "mixreplay.errors",
-    "MixtureReplayBuffer": "mixreplay.buffers",
+    "MixtureReplayBuffer": "mixreplay.mixing.mixture",
     "OfflineDataset": "mixreplay.buffers",
-    "OfflineToOnlineReplayBuffer": "mixreplay.buffers",
+    "OfflineToOnlineReplayBuffer": "mixreplay.mixing.offline_to_online",
     "PrioritizedSampler": "mixreplay.samplers.prioritized",
     "PriorityError": "mixreplay.errors",
     "RandomSampler": "mixreplay.samplers",
@@ -49,7 +49,8 @@ _EXPORTS = {
     "load_dataset": "mixreplay.datasets",
     "prefill_replay_buffer": "mixreplay.prefill",
     "register_dataset": "mixreplay.datasets",
-    "split_counts": "mixreplay.split",
+    "split_counts": "mixreplay.mixing.split",
+    "WriterEvictedError": "mixreplay.errors",
 }
 
 __all__ = [
@@ -80,6 +81,7 @@ __all__ = [
     "SliceSampler",
     "Storage",
     "TensorStorage",
+    "WriterEvictedError",
     "__version__",
     "list_prefixes",
     "load_dataset",
@@ -106,12 +108,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
-    from mixreplay.buffers import (
-        MixtureReplayBuffer,
-        OfflineDataset,
-        OfflineToOnlineReplayBuffer,
-        ReplayBuffer,
-    )
+    from mixreplay.buffers import OfflineDataset, ReplayBuffer
     from mixreplay.datasets import list_prefixes, load_dataset, register_dataset
     from mixreplay.errors import (
         BufferActorError,
@@ -125,14 +122,17 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         PriorityError,
         ReadOnlyError,
         SchemaMismatchError,
+        WriterEvictedError,
     )
+    from mixreplay.mixing.mixture import MixtureReplayBuffer
+    from mixreplay.mixing.offline_to_online import OfflineToOnlineReplayBuffer
+    from mixreplay.mixing.split import split_counts
     from mixreplay.prefill import prefill_replay_buffer
     from mixreplay.samplers import RandomSampler, Sampler
     from mixreplay.samplers.prioritized import PrioritizedSampler
     from mixreplay.samplers.slice import SliceSampler
     from mixreplay.samplers.without_replacement import SamplerWithoutReplacement
     from mixreplay.schema import Field, Schema
-    from mixreplay.split import split_counts
     from mixreplay.storages import (
         FrozenStorage,
         LazyMemmapStorage,

@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from mixreplay._validate import check_saved_int
 from mixreplay.errors import CheckpointError
 
 __all__ = [
@@ -27,8 +28,10 @@ __all__ = [
     "generator_state",
     "jsonable",
     "plan_generator",
+    "upgrade_saved_sampler",
     "plan_sampler",
     "sampler_state",
+    "saved_name",
     "state_fraction",
     "state_int",
 ]
@@ -51,9 +54,7 @@ def jsonable(value: Any) -> Any:
 
 
 def state_int(value: Any, what: str, lo: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise CheckpointError(f"{what} must be an int >= {lo}, got {value!r}")
-    return value
+    return check_saved_int(value, what, min=lo)
 
 
 def state_fraction(value: Any, what: str) -> float:
@@ -94,34 +95,82 @@ def plan_generator(generator: torch.Generator, saved: Any, what: str) -> Plan:
     return apply
 
 
-def _sampler_type(sampler: Any) -> str:
-    return f"{type(sampler).__module__}.{type(sampler).__qualname__}"
+def saved_name(saved: Any) -> Any:
+    """A sampler's name as saved: format 2 wrote a module path
+    (``mixreplay.samplers.prioritized.PrioritizedSampler``), whose last part is the name."""
+    if isinstance(saved, str) and "." in saved:
+        return saved.rpartition(".")[2]
+    return saved
 
 
 def sampler_state(sampler: Any) -> dict[str, Any]:
     return {
-        "type": _sampler_type(sampler),
+        "type": sampler.config_name,
         "config": jsonable(sampler.config()),
         "state": sampler.state_dict(),
     }
 
 
+def _saved_dict(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise CheckpointError(
+            f"{what} must be a dict, got {type(value).__name__} {repr(value)[:60]}; "
+            "the checkpoint is corrupt"
+        )
+    return value
+
+
+def upgrade_saved_sampler(saved: Any) -> Any:
+    """A sampler entry of a checkpoint written by an earlier mixreplay, in today's terms.
+
+    - ``RandomSampler(replacement=False)`` once drew ``n`` distinct rows per batch and
+      kept no state; the same call now builds a ``SamplerWithoutReplacement`` (TorchRL's
+      meaning): its entry loads as that sampler at the start of a fresh epoch.
+    - ``SliceSampler`` once drew every valid start equally likely; it now draws as
+      TorchRL does unless built with ``uniform_over="starts"``: an entry without that
+      setting says ``"starts"``, so resuming it with today's default is refused (the
+      sampling would silently change) and the error names the setting to pass.
+
+    Other entries pass through unchanged.
+    """
+    if not isinstance(saved, dict) or not isinstance(saved.get("config"), dict):
+        return saved
+    kind, config = saved.get("type"), saved["config"]
+    if isinstance(kind, str):  # format 2 wrote a module path, whose last part is the name
+        kind = kind.rpartition(".")[2]
+    if kind == "RandomSampler" and config == {"replacement": False}:
+        return {
+            "type": "SamplerWithoutReplacement",
+            "config": {"drop_last": False, "shuffle": True},
+            "state": {
+                "order": torch.empty(0, dtype=torch.int64),
+                "pos": 0,
+                "len": 0,
+                "ran_out": False,
+                "started": False,
+            },
+        }
+    if kind == "SliceSampler" and "uniform_over" not in config:
+        return {**saved, "config": {**config, "uniform_over": "starts"}}
+    return saved
+
+
 def plan_sampler(sampler: Any, saved: Any, what: str) -> Plan:
     """Check a saved sampler (type, settings, state) against ``sampler``; return the loader."""
+    saved = upgrade_saved_sampler(saved)  # entries an earlier mixreplay wrote
     if not isinstance(saved, dict):
         raise CheckpointError(f"{what}: the checkpoint holds no sampler state")
-    kind = _sampler_type(sampler)
-    if saved.get("type") != kind:
+    kind = sampler.config_name
+    if saved_name(saved.get("type")) != kind:
         raise CheckpointError(
             f"{what}: the checkpoint was saved with a {saved.get('type')}, this buffer samples "
             f"with a {kind}; build the buffer with the same sampler"
         )
-    state = saved.get("state")
-    config, mine = saved.get("config") or {}, jsonable(sampler.config())
+    config = _saved_dict(saved.get("config"), f"{what}: the saved sampler config")
+    state = _saved_dict(saved.get("state"), f"{what}: the saved sampler state")
+    mine = jsonable(sampler.config())
     differ = sorted(
-        k
-        for k in set(config) | set(mine)
-        if config.get(k) != mine.get(k) and k not in (state or {})
+        k for k in set(config) | set(mine) if config.get(k) != mine.get(k) and k not in state
     )
     if differ:
         shown = ", ".join(f"{k}: saved {config.get(k)!r}, buffer {mine.get(k)!r}" for k in differ)

@@ -8,16 +8,48 @@ refused otherwise with an error that names it and the mixreplay way.
 
 from __future__ import annotations
 
-__all__ = ["UNSUPPORTED", "UNSUPPORTED_METHODS", "check_unsupported", "unsupported_method"]
+from typing import Any
 
-#: argument -> (values that mean mixreplay's own behaviour, the mixreplay way)
-UNSUPPORTED: dict[str, tuple[tuple, str]] = {
+from mixreplay._validate import TorchRLTable, check_torchrl_kwargs
+
+__all__ = [
+    "UNSUPPORTED",
+    "UNSUPPORTED_METHODS",
+    "UNSUPPORTED_STORAGE_METHODS",
+    "check_storage_args",
+    "check_unsupported",
+    "unsupported_method",
+]
+
+
+def _is_torchrl(value: Any, *names: str) -> bool:
+    cls = type(value)
+    return cls.__name__ in names and cls.__module__.split(".")[0] == "torchrl"
+
+
+def round_robin_writer(value: Any) -> bool:
+    """Whether ``value`` is TorchRL's default writer (or a factory of one): ring order, which
+    is how mixreplay writes. A compilable one (``compilable=True``) is not."""
+    if value is None:
+        return True
+    if isinstance(value, type) or (callable(value) and not hasattr(value, "extend")):
+        try:  # TorchRL also takes a writer class or factory, and builds it
+            value = value()
+        except Exception:
+            return False
+    return _is_torchrl(value, "RoundRobinWriter", "TensorDictRoundRobinWriter") and not getattr(
+        value, "_compilable", False
+    )
+
+
+#: argument -> (values that mean mixreplay's own behaviour, or a test of the value; the
+#: mixreplay way)
+UNSUPPORTED: TorchRLTable = {
     "writer": (
-        (None,),
-        "rows are written in ring order (TorchRL's RoundRobinWriter); for "
-        "writers on other processes use mixreplay.distributed",
+        round_robin_writer,
+        "rows are written in ring order: TorchRL's RoundRobinWriter() is accepted (not a "
+        "compilable=True one); for writers on other processes use mixreplay.distributed",
     ),
-    "collate_fn": ((None,), "batches are always TensorDicts; convert them with transform=..."),
     "sample_unit": (
         (None,),
         "for runs of consecutive steps use sampler=SliceSampler(slice_len=...)",
@@ -39,7 +71,7 @@ UNSUPPORTED: dict[str, tuple[tuple, str]] = {
     ),
     "compilable": (
         (None, False),
-        "mixreplay's sample/extend are not traced by torch.compile; "
+        "mixreplay's sample/extend run eagerly (no torch.compile support); "
         "compile the learner's own step instead",
     ),
     "delayed_init": (
@@ -65,15 +97,31 @@ UNSUPPORTED: dict[str, tuple[tuple, str]] = {
 
 def check_unsupported(owner: str, kwargs: dict) -> None:
     """Raise ``TypeError`` for a keyword that is unknown, or a TorchRL one with a value mixreplay lacks."""
-    for name, value in kwargs.items():
-        if name not in UNSUPPORTED:
-            raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}")
-        accepted, way = UNSUPPORTED[name]
-        if not any(value is a or (type(value) is type(a) and value == a) for a in accepted):
-            raise TypeError(
-                f"{owner} does not support TorchRL's {name}={value!r} (only "
-                f"{' / '.join(repr(a) for a in accepted)}, which is mixreplay's behaviour); {way}"
-            )
+    check_torchrl_kwargs(owner, kwargs, UNSUPPORTED)
+
+
+#: TorchRL storage arguments -> (accepted values, the mixreplay way)
+STORAGE_ARGS: TorchRLTable = {
+    "compilable": (
+        (None, False),
+        "mixreplay's storages run eagerly (no torch.compile support); compile the learner's "
+        "own step instead",
+    ),
+    # mixreplay packs every row into one tensor: its storage is always consolidated
+    "consolidated": ((False, True), ""),
+    "shared_init": (
+        (False,),
+        "a storage belongs to one process; to share a buffer between processes host it in a "
+        "Ray actor (mixreplay.distributed)",
+    ),
+    # only meaningful with shared_init=True, like in TorchRL
+    "cleanup_memmap": ((True, False), ""),
+}
+
+
+def check_storage_args(owner: str, kwargs: dict) -> None:
+    """Refuse TorchRL storage arguments mixreplay cannot honour (``TypeError``, naming the way)."""
+    check_torchrl_kwargs(owner, kwargs, STORAGE_ARGS)
 
 
 _SERVICE = "mixreplay has no replay service of its own; host the buffer in a Ray actor with mixreplay.distributed"
@@ -84,7 +132,6 @@ _IMMUTABLE = (
 
 #: TorchRL ReplayBuffer methods and attributes mixreplay lacks -> the mixreplay way
 UNSUPPORTED_METHODS: dict[str, str] = {
-    "initialized": "a mixreplay buffer is ready once built (storages allocate on the first write)",
     "as_remote": _SERVICE,
     "start": _SERVICE,
     "is_alive": _SERVICE,
@@ -111,6 +158,18 @@ UNSUPPORTED_METHODS: dict[str, str] = {
     "mark_update": "mixreplay does not track staleness; weight rows with a PrioritizedSampler",
     "update_tensordict_priority": "call rb.update_priority(info['index'], priority) with the info "
     "of sample(return_info=True)",
+}
+
+
+_HOOKS = "storages have no save/load hooks; post-process after loads(path)"
+
+#: TorchRL Storage methods and attributes mixreplay's storages lack -> the mixreplay way
+UNSUPPORTED_STORAGE_METHODS: dict[str, str] = {
+    "register_save_hook": _HOOKS,
+    "register_load_hook": _HOOKS,
+    "checkpointer": "storages save with dumps(path) / loads(path) in mixreplay's own format",
+    "attach": "samplers are attached by the buffer that holds the storage",
+    "flatten": "a mixreplay storage is already one-dimensional (ndim=1)",
 }
 
 

@@ -19,15 +19,21 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
+from mixreplay.errors import CheckpointError
+
 __all__ = [
+    "TorchRLTable",
     "check_bool",
     "check_callable",
     "check_choice",
     "check_int",
     "check_path",
     "check_real",
+    "check_saved_int",
+    "check_torchrl_kwargs",
     "check_type",
     "describe",
+    "shown",
 ]
 
 T = TypeVar("T")
@@ -168,3 +174,64 @@ def check_path(value: Any, name: str, *, what: str = "a path") -> Path:
     if isinstance(value, str) and not value:
         raise ValueError(f"{name} must be a non-empty path, got ''")
     return Path(value).expanduser()
+
+
+def check_saved_int(
+    value: Any, what: str, *, min: int = 0, error: Callable[[str], Exception] | None = None
+) -> int:
+    """An int ``>= min`` read from a saved state (JSON: ``bool`` and floats are not ints).
+
+    Raises ``error`` (a :class:`~mixreplay.CheckpointError` by default) naming ``what``.
+    """
+    if isinstance(value, (bool, float)):
+        out = None
+    else:
+        try:
+            out = operator.index(value)
+        except TypeError:
+            out = None
+    if out is None or out < min:
+        raise (error or CheckpointError)(f"{what} must be an int >= {min}, got {describe(value)}")
+    return out
+
+
+#: TorchRL argument -> (values that mean mixreplay's own behaviour, the mixreplay way)
+#: argument -> (the values that mean mixreplay's own behaviour, or a test of the value; the
+#: mixreplay way)
+TorchRLTable = dict[str, tuple[tuple[Any, ...] | Callable[[Any], bool], str]]
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` for a message, shortened; never raises (a TorchRL writer that is not
+    attached to a storage fails in its own ``repr``)."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__} object>"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _same(value: Any, accepted: Any) -> bool:
+    return value is accepted or (type(value) is type(accepted) and value == accepted)
+
+
+def check_torchrl_kwargs(owner: str, kwargs: dict[str, Any], table: TorchRLTable) -> None:
+    """Refuse a keyword that is unknown, or a TorchRL one with a value mixreplay lacks.
+
+    A TorchRL argument mixreplay does not implement is accepted only with the values
+    listed in ``table`` (those that mean what mixreplay does anyway), or those its test
+    accepts; any other value raises ``TypeError`` naming the argument and the mixreplay way.
+    """
+    for name, value in kwargs.items():
+        if name not in table:
+            raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}")
+        accepted, way = table[name]
+        if callable(accepted):
+            ok, only = accepted(value), "TorchRL's default"
+        else:
+            ok, only = any(_same(value, a) for a in accepted), " / ".join(map(repr, accepted))
+        if not ok:
+            raise TypeError(
+                f"{owner} does not support TorchRL's {name}={shown(value)} (only {only}, which "
+                f"is mixreplay's behaviour){_fix(way)}"
+            )

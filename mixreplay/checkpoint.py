@@ -25,9 +25,15 @@ buffer samples with its own RNG).
 
 Crash safety (see :mod:`mixreplay.persist.atomic`): a process killed at any
 instant of a save leaves the previous checkpoint or the new one, never a mix.
+Readers and writers of one path in several processes or threads do not disturb
+each other: every save succeeds (the last one wins) and every read returns a whole
+checkpoint, the one before a concurrent save or the one it writes.
 
-Versions: format 2 (this one) holds each owner's ``state_dict()``; format 1
-(mixreplay before the state redesign) is migrated when read. Every failure to
+Versions: format 3 (this one) holds each owner's ``state_dict()``, samplers and
+storages under their registered names (``config_name``, never a module path, so
+moving a class breaks no checkpoint); format 2 (the same, with samplers named by
+module path) and format 1 (mixreplay before the state redesign) are migrated
+when read. Every failure to
 load raises :class:`~mixreplay.errors.CheckpointError` before the buffer is
 touched (a missing checkpoint is a :class:`~mixreplay.errors.CheckpointNotFoundError`,
 also a ``FileNotFoundError``).
@@ -58,6 +64,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from mixreplay._state import saved_name
 from mixreplay.errors import CheckpointError, CheckpointNotFoundError
 from mixreplay.persist import (
     Format,
@@ -65,7 +72,7 @@ from mixreplay.persist import (
     decode_tensors,
     encode_tensors,
     read_container,
-    recover,
+    read_directory,
     write_metadata,
 )
 from mixreplay.persist.atomic import destination
@@ -162,12 +169,31 @@ def _from_v1(meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# -- format 2 (samplers named by module path) ------------------------------------------------
+
+
+def _renamed_samplers(state: Any) -> Any:
+    if isinstance(state, dict):
+        out = {key: _renamed_samplers(value) for key, value in state.items()}
+        sampler = out.get("sampler")
+        if isinstance(sampler, dict) and isinstance(sampler.get("type"), str):
+            out["sampler"] = sampler | {"type": saved_name(sampler["type"])}
+        return out
+    return state
+
+
+def _from_v2(meta: dict[str, Any]) -> dict[str, Any]:
+    """Format 2 saved samplers under their module path; format 3 under their registered name
+    (``mixreplay.samplers.prioritized.PrioritizedSampler`` is ``PrioritizedSampler``)."""
+    return meta | {"state": _renamed_samplers(meta["state"])}
+
+
 FORMAT = Format(
     name="mixreplay-checkpoint",
-    version=2,
+    version=3,
     error=CheckpointError,
     what="checkpoint",
-    migrations={1: _from_v1},
+    migrations={1: _from_v1, 2: _from_v2},
 )
 
 
@@ -180,13 +206,27 @@ def save_state(path: str | os.PathLike[str], state: Mapping[str, Any]) -> Path:
     Atomic: the directory is replaced whole or not at all (see :mod:`mixreplay.persist.atomic`);
     an existing directory that is not a checkpoint is refused. A symbolic link at
     ``path`` is followed. Returns the checkpoint directory.
+
+    Raises:
+        CheckpointError: ``path`` holds something else, or the state holds a value a
+            checkpoint cannot store.
+        OSError: the filesystem refused (read-only, full, permissions), naming the
+            checkpoint; the previous checkpoint, if any, is intact.
     """
-    with atomic_directory(
-        path, replaceable=FORMAT.owns, error=CheckpointError, what="checkpoint"
-    ) as tmp:
-        fields = {"state": encode_tensors(state, tmp, CheckpointError)}
-        write_metadata(tmp, FORMAT, fields)
     final = destination(path)
+    try:
+        with atomic_directory(
+            path, replaceable=FORMAT.owns, error=CheckpointError, what="checkpoint"
+        ) as tmp:
+            fields = {"state": encode_tensors(state, tmp, CheckpointError)}
+            write_metadata(tmp, FORMAT, fields)
+    except OSError as err:  # a read-only or full filesystem, a missing permission
+        if isinstance(err, CheckpointError):
+            raise
+        where = f" ({err.filename})" if err.filename else ""
+        raise OSError(
+            err.errno, f"cannot save a checkpoint at {final}: {err.strerror or err}{where}"
+        ) from err
     log.info("saved a checkpoint to %s", final)
     return final
 
@@ -194,8 +234,11 @@ def save_state(path: str | os.PathLike[str], state: Mapping[str, Any]) -> Path:
 def load_state(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read the state saved at ``path`` (format 1 is migrated), checking every file.
 
-    If ``path`` is missing but a save into it was interrupted between its two
-    renames, the previous checkpoint is renamed back and read.
+    Reading changes nothing on disk, and a save of the same path in another process
+    or thread at the same time does not disturb it (nor does it disturb the save): the
+    state read is the checkpoint before that save or the one it writes, whole (see
+    :func:`~mixreplay.persist.atomic.read_directory`). A save killed between its two
+    renames leaves the previous checkpoint aside, and that is what is read.
 
     Raises:
         CheckpointNotFoundError: nothing at ``path``.
@@ -203,20 +246,32 @@ def load_state(path: str | os.PathLike[str]) -> dict[str, Any]:
             or edited, or the format version is unknown.
     """
     where = destination(path)
-    recover(where)
-    if not where.exists():
+
+    def read(directory: Path, dir_fd: int) -> dict[str, Any]:
+        meta = read_container(directory, FORMAT, dir_fd=dir_fd)
+        if "state" not in meta:
+            raise CheckpointError(
+                f"{directory}/metadata.json holds no state; the checkpoint is corrupt"
+            )
+        state = decode_tensors(
+            meta["state"], directory, CheckpointError, where=f"{directory}: state", dir_fd=dir_fd
+        )
+        if not isinstance(state, dict):
+            raise CheckpointError(
+                f"{directory}: the saved state is a {type(state).__name__}, not a dict"
+            )
+        return state
+
+    try:
+        return read_directory(where, read)
+    except FileNotFoundError:
         raise CheckpointNotFoundError(
             f"no checkpoint at {where}: the directory does not exist; save one with rb.dumps(path)"
-        )
-    if not where.is_dir():
-        raise CheckpointError(f"{where} is a file, not a checkpoint directory")
-    meta = read_container(where, FORMAT)
-    if "state" not in meta:
-        raise CheckpointError(f"{where}/metadata.json holds no state; the checkpoint is corrupt")
-    state = decode_tensors(meta["state"], where, CheckpointError)
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{where}: the saved state is a {type(state).__name__}, not a dict")
-    return state
+        ) from None
+    except NotADirectoryError:
+        raise CheckpointError(f"{where} is a file, not a checkpoint directory") from None
+    except PermissionError as err:
+        raise CheckpointError(f"cannot read the checkpoint at {where}: {err}") from None
 
 
 def load_into(
@@ -226,9 +281,21 @@ def load_into(
 
     ``obj`` is unchanged when anything does not fit (its ``load_state_dict`` checks
     the whole state before applying it); the error names the checkpoint.
+
+    Every failure is a :class:`~mixreplay.errors.CheckpointError`. The owners' checks
+    turn whatever a damaged or crafted state holds into one that says what is wrong;
+    any other exception raised while loading (a check that is missing) is converted
+    too, with the original chained, so that callers can rely on the one type.
     """
     state = load_state(path)
     try:
         obj.load_state_dict(state, allow_offline_mismatch=allow_offline_mismatch)
     except CheckpointError as err:
         raise CheckpointError(f"cannot load {destination(path)}: {err}") from err
+    except Exception as err:  # noqa: BLE001 - the last guard: one error type for every failure
+        log.warning("a saved state got past the checks of %r", obj, exc_info=True)
+        raise CheckpointError(
+            f"cannot load {destination(path)}: the saved state does not fit "
+            f"({type(err).__name__}: {err}); the checkpoint is damaged or was not written "
+            "by mixreplay"
+        ) from err

@@ -111,7 +111,16 @@ COMMANDS: tuple[Command, ...] = (
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse with one-line errors: ``mixreplay demo: error: ...; see mixreplay demo --help``."""
+    """argparse with one-line errors (``mixreplay demo: error: ...; see mixreplay demo --help``)
+    and no abbreviated options: ``--seed 3`` is an error, never ``--seeds 3``.
+
+    Every subparser is of this class too (argparse builds subparsers with the parent's class),
+    so no command of ``mixreplay`` takes an abbreviation.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(USER_ERROR_STATUS, f"{self.prog}: error: {message}; see {self.prog} --help\n")

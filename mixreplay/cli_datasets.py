@@ -1,4 +1,4 @@
-"""``mixreplay inspect``, ``mixreplay convert`` and ``mixreplay cache list|clean``.
+"""``mixreplay inspect``, ``mixreplay convert`` and ``mixreplay cache list|clean|verify``.
 
 ``inspect`` opens any dataset ID (converting a source such as ``minari:`` or
 ``d4rl:`` into the cache on first use, and downloading a missing D4RL file, with
@@ -6,7 +6,8 @@ progress bars) and prints its rows, episodes, schema, size on disk and
 per-episode return statistics. ``convert`` writes the rows of any dataset ID into
 a new directory in mixreplay's memmap format, readable as ``memmap:<dir>``.
 ``cache list`` shows the dataset cache (``$MIXREPLAY_DATA_DIR``, one entry per
-source and variant) and ``cache clean`` frees it.
+source and variant), ``cache clean`` frees it and ``cache verify`` reads every
+entry in full and checks its CRC-32s.
 
 Every prefix, and what each loader option means for it, comes from the dataset
 registry (:mod:`mixreplay.datasets.registry`): a prefix added with
@@ -40,6 +41,7 @@ __all__ = [
     "episode_returns",
     "run_cache_clean",
     "run_cache_list",
+    "run_cache_verify",
     "run_convert",
     "run_inspect",
 ]
@@ -236,7 +238,7 @@ def add_cache_parser(subparsers: Any) -> None:
     """Add ``cache`` (``list`` and ``clean``) to the ``mixreplay`` command's subparsers."""
     cache = subparsers.add_parser(
         "cache",
-        help="list or clean the dataset cache ($MIXREPLAY_DATA_DIR)",
+        help="list, clean or verify the dataset cache ($MIXREPLAY_DATA_DIR)",
         description="The dataset cache holds one converted copy per source and variant "
         "(--dtype, --keys, ...), under $MIXREPLAY_DATA_DIR (default ~/.cache/mixreplay).",
     )
@@ -266,6 +268,23 @@ def add_cache_parser(subparsers: Any) -> None:
     clean.add_argument("--dry-run", action="store_true", help="show what would be removed")
     clean.add_argument("--cache-dir", help="the cache root (default: $MIXREPLAY_DATA_DIR)")
     clean.set_defaults(func=run_cache_clean)
+    verify = actions.add_parser(
+        "verify",
+        help="read every file of each entry in full and check its CRC-32",
+        description="Read every file of the cache's entries (or of those named) in full and "
+        "check its CRC-32, whatever was recorded when it was last checked: this finds damage "
+        "that a load, which trusts a file whose size, mtime, ctime and inode are unchanged, "
+        "cannot see. Exit status 1 when an entry is damaged.",
+    )
+    verify.add_argument(
+        "ids",
+        nargs="*",
+        metavar="ID",
+        help="a source ID as listed, an entry's directory name, or a prefix ('d4rl:'); "
+        "default: every entry",
+    )
+    verify.add_argument("--cache-dir", help="the cache root (default: $MIXREPLAY_DATA_DIR)")
+    verify.set_defaults(func=run_cache_verify)
 
 
 # -- inspect -------------------------------------------------------------------------------------
@@ -355,6 +374,8 @@ def describe_dataset(ds: Any, dataset_id: str | None = None) -> str:
     Reads a mixreplay dataset column by column, and anything else that has ``len()``
     and row slices (``ds[a:b]``, e.g. a TorchRL dataset) slice by slice.
     """
+    from mixreplay.schema import format_key  # imports torch: not at module import (--help)
+
     lines = []
     if dataset_id:
         lines.append(f"dataset       {dataset_id}")
@@ -380,14 +401,14 @@ def describe_dataset(ds: Any, dataset_id: str | None = None) -> str:
     metadata = getattr(ds, "metadata", None)
     once = metadata.get("dedup_next") if isinstance(metadata, dict) else None
     if once:
-        keys = ", ".join(_format_key(tuple(k)) for k in once)
+        keys = ", ".join(format_key(tuple(k)) for k in once)
         lines.append(f"stored once   {keys} (dedup_next: read from the following row)")
     if schema:
-        width = max([len("key")] + [len(_format_key(k)) for k in schema])
+        width = max([len("key")] + [len(format_key(k)) for k in schema])
         lines.append("schema")
         lines.append(f"  {'key':<{width}}  {'shape':<10} dtype")
         for key, (shape, dtype) in schema.items():
-            lines.append(f"  {_format_key(key):<{width}}  {str(shape):<10} {dtype}")
+            lines.append(f"  {format_key(key):<{width}}  {str(shape):<10} {dtype}")
     if ("next", "reward") in schema and episodes:
         returns = episode_returns(ds)
         std = returns.std().item() if returns.numel() > 1 else 0.0
@@ -408,10 +429,6 @@ def describe_dataset(ds: Any, dataset_id: str | None = None) -> str:
     else:
         lines.append("returns       n/a (no ('next', 'reward') key)")
     return "\n".join(lines)
-
-
-def _format_key(key: tuple[str, ...]) -> str:
-    return repr(key[0]) if len(key) == 1 else repr(key)
 
 
 def _with_progress(entry: Any, dataset_id: str, kwargs: dict[str, Any]) -> list[_Progress]:
@@ -457,9 +474,18 @@ def _check_dest(dest: Path, overwrite: bool) -> None:
 
     if not dest.exists() and not dest.is_symlink():
         return
-    if not overwrite:
-        raise FileExistsError(f"{dest} exists; pass --overwrite to replace it")
-    if dest.is_dir() and (not any(dest.iterdir()) or FORMAT.owns(dest)):
+    # advise --overwrite only where --overwrite would then be accepted
+    if dest.is_dir() and FORMAT.owns(dest):
+        if not overwrite:
+            raise FileExistsError(
+                f"{dest} holds a mixreplay dataset; pass --overwrite to replace it"
+            )
+        return
+    if dest.is_dir() and not any(dest.iterdir()):
+        if not overwrite:
+            raise FileExistsError(
+                f"{dest} exists (an empty directory); pass --overwrite to write into it"
+            )
         return
     raise DatasetError(
         f"{dest} exists and is not a mixreplay dataset: --overwrite replaces only a dataset "
@@ -606,3 +632,39 @@ def run_cache_clean(args: argparse.Namespace) -> int:
     freed = sum(e.size for e in removed)
     print(f"{verb} {len(removed)} entries, {_human(freed)} from {root}")
     return 0
+
+
+def run_cache_verify(args: argparse.Namespace) -> int:
+    from mixreplay.datasets.cache import CacheEntry, list_cache, verify_cache
+
+    root = _root(args)
+    if not args.ids and not list_cache(root):
+        print(f"the dataset cache at {root} is empty")
+        return 0
+
+    def select(entry: CacheEntry) -> bool:
+        return not args.ids or any(entry.matches(i) for i in args.ids)
+
+    checked = verify_cache(root, select=select)
+    if args.ids and not checked:
+        raise DatasetError(
+            f"no cache entry in {root} matches {', '.join(map(repr, args.ids))}; see "
+            "'mixreplay cache list'"
+        )
+    damaged = [e for e in checked if e.damaged is not None]
+    for e in checked:
+        name = e.source_id or e.path.name
+        if e.damaged is None:
+            print(f"ok       {name} ({e.variant}, {_human(e.size)})  {e.path.name}")
+        else:
+            print(f"DAMAGED  {name}  {e.path.name}: {e.damaged}")
+    print(
+        f"{len(checked)} entries verified, {len(damaged) or 'none'} damaged"
+        + (
+            "; the next load converts it again, or remove it with: mixreplay cache clean "
+            + " ".join(e.path.name for e in damaged)
+            if damaged
+            else ""
+        )
+    )
+    return 1 if damaged else 0

@@ -6,6 +6,7 @@ mixreplay::
 
     MixreplayError
     ├── SchemaMismatchError(ValueError)      keys, dtypes or shapes disagree
+    ├── DataStructureError(TypeError, ValueError, RuntimeError)  data a storage cannot hold
     ├── EmptyBufferError(RuntimeError)       sampling with no rows anywhere
     ├── PriorityError(ValueError)            a priority update holds NaN, inf or a bad shape
     ├── ReadOnlyError(TypeError)             writing to offline (read-only) data
@@ -15,6 +16,7 @@ mixreplay::
     ├── CheckpointError(ValueError)          a checkpoint is corrupt or does not fit
     │   └── CheckpointNotFoundError(FileNotFoundError)
     ├── BufferActorError(RuntimeError)       the Ray actor hosting a buffer is dead or unreachable
+    ├── WriterEvictedError(RuntimeError)     the buffer actor forgot a writer whose rows it may hold
     └── MissingDependencyError(ImportError)  an optional extra is not installed
 
 Messages name the argument or key, show the expected against the actual value,
@@ -27,6 +29,7 @@ __all__ = [
     "BufferActorError",
     "CheckpointError",
     "CheckpointNotFoundError",
+    "DataStructureError",
     "DatasetError",
     "DatasetNotFoundError",
     "DatasetPrefixTakenError",
@@ -36,6 +39,7 @@ __all__ = [
     "PriorityError",
     "ReadOnlyError",
     "SchemaMismatchError",
+    "WriterEvictedError",
 ]
 
 
@@ -45,6 +49,16 @@ class MixreplayError(Exception):
 
 class SchemaMismatchError(MixreplayError, ValueError):
     """Two sources of rows (or a write and its storage) disagree on keys, dtypes or shapes."""
+
+
+class DataStructureError(MixreplayError, TypeError, ValueError, RuntimeError):
+    """Data a storage cannot hold, or whose type or structure differs from what it holds.
+
+    A ``TypeError`` and a ``ValueError`` for mixreplay's callers (a buffer of TensorDict
+    rows refused other types with ``TypeError`` before it took them), and a
+    ``RuntimeError`` for TorchRL's, whose storages raise that for the same mistakes (a list
+    whose items do not stack, a write that does not match the stored structure).
+    """
 
 
 class EmptyBufferError(MixreplayError, RuntimeError):
@@ -95,6 +109,17 @@ class BufferActorError(MixreplayError, RuntimeError):
     Raised when Ray is not initialized, when the actor died (its rows are gone
     unless it checkpointed), or while it is restarting; the message names the
     actor and says what to do.
+    """
+
+
+class WriterEvictedError(MixreplayError, RuntimeError):
+    """The buffer actor dropped a writer's record and cannot tell whether it holds its rows.
+
+    The actor keeps a bounded table of writers (``RayReplayBuffer(max_writers=...)``);
+    a writer whose record was dropped and that sends rows the actor may have applied
+    before (a retried task starting over, a write in doubt) is refused with this
+    error instead of being written twice. The writer that got it refuses further
+    rows; write them with a new one.
     """
 
 

@@ -77,8 +77,10 @@ class RowLayout:
         self._reshape = tuple((i, f.shape) for i, f in enumerate(self.fields) if len(f.shape) != 1)
         self._tree = self._make_tree()
         self._unpack = self._compile_unpack()
-        # Leaves already [n, k] are written as they are; others are flattened first.
+        # Leaves already [n, k] are written as they are; others are flattened first, to
+        # their known width (a -1 cannot be resolved for 0 rows).
         self._flat = tuple(len(f.shape) == 1 for f in self.fields)
+        self._width = tuple(f.numel for f in self.fields)
 
     def _make_groups(self) -> tuple[_Group, ...]:
         groups = []
@@ -259,12 +261,12 @@ class RowLayout:
                 of the destination rows).
             rows: which rows of the leaves to copy (all by default).
         """
-        flat = self._flat
+        flat, width = self._flat, self._width
         for g, dest in zip(self.groups, views):
             parts = []
             for fi in g.fields:
                 v = leaves[fi] if rows is None else leaves[fi][rows]
-                parts.append(v if flat[fi] else v.reshape(v.shape[0], -1))
+                parts.append(v if flat[fi] else v.reshape(v.shape[0], width[fi]))
             if len(parts) == 1:
                 dest.copy_(parts[0])
             else:

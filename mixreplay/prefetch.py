@@ -41,7 +41,7 @@ import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 
@@ -50,6 +50,9 @@ from mixreplay._validate import check_bool, check_int
 __all__ = ["Prefetcher", "check_pin_memory", "check_prefetch", "pin"]
 
 log = logging.getLogger(__name__)
+
+#: what one draw returns (each buffer's own record of a batch)
+T = TypeVar("T")
 
 
 def check_prefetch(prefetch, batch_size) -> int:
@@ -89,7 +92,7 @@ def pin(batch):
     return batch.pin_memory()
 
 
-class Prefetcher:
+class Prefetcher(Generic[T]):
     """One worker thread drawing batches ahead, in order, with rewindable draws.
 
     Args:
@@ -104,7 +107,7 @@ class Prefetcher:
 
     def __init__(
         self,
-        draw: Callable[[], object],
+        draw: Callable[[], T],
         depth: int,
         *,
         snapshot: Callable[[], object],
@@ -156,7 +159,7 @@ class Prefetcher:
             if self._started and not self.closed:
                 self._top_up()
 
-    def next(self) -> tuple[object, bool]:
+    def next(self) -> tuple[T, bool]:
         """The oldest prefetched result and its ``ran_out`` flag (drawn now if none is queued).
 
         An error raised by the draw is raised here; the draws asked for after it are
@@ -203,7 +206,7 @@ class Prefetcher:
         with self._lock:
             self._discard_locked()
 
-    def queued(self) -> list:
+    def queued(self) -> list[T | None]:
         """The results waiting to be handed out, oldest first (``None`` for a failed draw)."""
         self.wait()
         with self._lock:

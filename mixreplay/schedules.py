@@ -112,6 +112,8 @@ class Schedule:
 
     #: True when the value depends on the row count of each source.
     needs_sizes: ClassVar[bool] = False
+    #: Whether a checkpoint can store it (by :meth:`to_config`); a plain function cannot.
+    storable: ClassVar[bool] = True
     #: The name stored under ``"type"`` by :meth:`to_config` (the class name by default).
     config_name: ClassVar[str]
 
@@ -528,6 +530,9 @@ class CallableSchedule(Schedule):
         >>> CallableSchedule(lambda step: 0.5 if step < 10 else 0.25)(20)
         0.25
     """
+
+    #: a function is code, which a checkpoint does not store: a buffer saves its repr only
+    storable: ClassVar[bool] = False
 
     def __init__(self, fn: Callable[[int], float]):
         if not callable(fn):

@@ -9,8 +9,9 @@ key that differs. How a schema is packed into words is :mod:`mixreplay.layout`.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDictBase
@@ -55,10 +56,40 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def _dtype_from_name(name: str) -> torch.dtype:
-    dtype = getattr(torch, name, None)
+    dtype = getattr(torch, name, None) if isinstance(name, str) else None
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"unknown dtype name {name!r} in a schema")
     return dtype
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def _field_from_json(i: int, d: Any) -> Field:
+    """Field ``i`` of a schema read from JSON, every part checked."""
+    if not isinstance(d, Mapping) or set(d) != {"key", "shape", "dtype"}:
+        raise ValueError(
+            f"schema field {i} must be an object with keys 'dtype', 'key' and 'shape', got {_show(d)}"
+        )
+    key, shape = d["key"], d["shape"]
+    if not isinstance(key, list) or not key or not all(isinstance(k, str) for k in key):
+        raise ValueError(
+            f"schema field {i}: the key must be a non-empty list of strings, got {_show(key)}"
+        )
+    if not isinstance(shape, list) or any(
+        isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in shape
+    ):
+        raise ValueError(
+            f"schema field {i} ({format_key(tuple(key))}): the shape must be a list of ints >= 0, "
+            f"got {_show(shape)}"
+        )
+    try:
+        dtype = _dtype_from_name(d["dtype"])
+    except ValueError as err:
+        raise ValueError(f"schema field {i} ({format_key(tuple(key))}): {err}") from None
+    return Field(tuple(key), torch.Size(shape), dtype)
 
 
 @dataclass(frozen=True)
@@ -229,11 +260,17 @@ class Schema(Mapping[tuple[str, ...], Field]):
         ]
 
     @classmethod
-    def from_json(cls, data: Sequence[Mapping]) -> Schema:
-        return cls(
-            Field(tuple(d["key"]), torch.Size(d["shape"]), _dtype_from_name(d["dtype"]))
-            for d in data
-        )
+    def from_json(cls, data: Any) -> Schema:
+        """The schema :meth:`to_json` wrote, checked strictly (it is read from files).
+
+        Raises:
+            ValueError: ``data`` is not a list of ``{"key", "shape", "dtype"}`` objects
+                whose key is a non-empty list of strings, shape a list of ints >= 0 and
+                dtype the name of a torch dtype; the message names the entry.
+        """
+        if not isinstance(data, list):
+            raise ValueError(f"a schema is a list of fields, got {_show(data)}")
+        return cls(_field_from_json(i, d) for i, d in enumerate(data))
 
     def dumps(self) -> str:
         return json.dumps(self.to_json())

@@ -28,8 +28,8 @@ import inspect
 import warnings
 from typing import Any
 
-from mixreplay.buffers.offline_to_online import OfflineToOnlineReplayBuffer
 from mixreplay.errors import CheckpointError, require
+from mixreplay.mixing.offline_to_online import OfflineToOnlineReplayBuffer
 
 __all__ = [
     "OfflineToOnlineAnnealHook",

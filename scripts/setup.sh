@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install mixreplay into a Python environment: torch first, then the project (editable) with
 # the extras named in $1 (default: test). One line per step; pip's own lines as it works.
+# `setup.sh --torch-only` installs torch alone (scripts/check_package.sh then installs a built
+# wheel beside it).
 #
 # Where: .venv in the repository, created if missing; or MIXREPLAY_VENV=DIR, any environment
 # with DIR/bin/python (a venv, a conda prefix), created as a venv if missing. PYTHON names the
@@ -18,6 +20,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-test}"
+torch_only=0
+if [ "$extras" = "--torch-only" ]; then
+  torch_only=1
+fi
 torch_spec="torch==2.13.0"
 cpu_index="https://download.pytorch.org/whl/cpu"
 venv="${MIXREPLAY_VENV:-.venv}"
@@ -99,5 +105,9 @@ else
   say "installed torch $(torch_build)"
 fi
 
+if [ "$torch_only" -eq 1 ]; then
+  say "ready in $((SECONDS - start)) s: $venv has torch $(torch_build)"
+  exit 0
+fi
 pip_install "installing mixreplay[$extras] (editable) and its dependencies" -e ".[$extras]"
 say "ready in $((SECONDS - start)) s: $venv has mixreplay[$extras] with torch $(torch_build)"

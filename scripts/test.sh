@@ -28,7 +28,7 @@ phase "ruff check" "$py" -m ruff check mixreplay tests benchmarks examples scrip
 phase "ruff format --check" "$py" -m ruff format --check mixreplay tests benchmarks examples scripts
 phase "mypy" "$py" -m mypy mixreplay
 phase "test suite (tensordict 0.14, torchrl 0.14.1)" \
-  "$py" -m pytest -m "not slow" -p no:cacheprovider "$@"
+  "$py" -m pytest -m "not slow and not docs" -p no:cacheprovider "$@"
 
 # tensordict 0.15: TorchRL 0.14.1 pins tensordict<0.15, so the main run uses 0.14.x; the whole
 # TorchRL-free suite runs again with tensordict 0.15 shadowing it (tests marked `torchrl` are
@@ -36,10 +36,17 @@ phase "test suite (tensordict 0.14, torchrl 0.14.1)" \
 td015() {
   "$py" -m pip install --quiet --no-deps --upgrade --target .deps/tensordict-0.15 \
     "tensordict>=0.15,<0.16" || return 1
-  PYTHONPATH=.deps/tensordict-0.15 "$py" -m pytest -q -m "not slow and not torchrl" \
+  PYTHONPATH=.deps/tensordict-0.15 "$py" -m pytest -q -m "not slow and not torchrl and not docs" \
     -p no:cacheprovider "$@"
 }
 phase "test suite again on tensordict 0.15 (TorchRL-free tests)" td015 "$@"
+
+# The package as users get it: sdist and wheel built, twine-checked, the wheel installed alone
+# into a fresh venv (torch hard-linked from .venv) and smoke-tested with no source tree on the path.
+phase "package: build, twine check, the wheel in a fresh venv" bash scripts/check_package.sh
+# The documentation site, built from docs/ with warnings as errors; every public name indexed.
+phase "documentation site (sphinx -W)" \
+  "$py" -m pytest -m docs -p no:cacheprovider -q tests/docs/test_site.py
 
 printf '\n=== summary ===\n'
 failed=0

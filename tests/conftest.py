@@ -33,6 +33,16 @@ import torch  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A private base temp dir per session: pytest's shared ``pytest-of-<user>/pytest-N`` dirs are
+    pruned (all but the newest 3) by whichever session starts next, so two test runs at once on
+    one machine deleted each other's ``tmp_path`` mid-test. ``--basetemp`` still wins."""
+    if config.option.basetemp is None:
+        base = tempfile.mkdtemp(prefix="mixreplay-pytest-", dir="/tmp")
+        atexit.register(shutil.rmtree, base, True)
+        config.option.basetemp = os.path.join(base, "t")
+
+
 @pytest.fixture(autouse=True)
 def _isolated_roots(tmp_path_factory, monkeypatch):
     """Nothing a test does lands in the home directory."""

@@ -13,7 +13,7 @@ import mixreplay
 
 PACKAGE = pathlib.Path(mixreplay.__file__).parent
 
-#: the core: rows, storages, samplers, the split, schedules, buffers, checkpoints
+#: the core: rows, storages, samplers, the split, schedules, buffers, mixing, checkpoints
 CORE_PREFIXES = (
     "mixreplay.schema",
     "mixreplay.layout",
@@ -22,6 +22,7 @@ CORE_PREFIXES = (
     "mixreplay.split",
     "mixreplay.schedules",
     "mixreplay.buffers",
+    "mixreplay.mixing",
     "mixreplay.transforms",
     "mixreplay.checkpoint",
     "mixreplay.persist",
@@ -40,7 +41,7 @@ PERIPHERY = (
 )
 #: the one sanctioned way in from the core: a dataset given as an ID string is loaded lazily
 ALLOWED = {
-    ("mixreplay.buffers.offline_to_online", "mixreplay.datasets"),
+    ("mixreplay.mixing.offline_to_online", "mixreplay.datasets"),
     ("mixreplay.prefill", "mixreplay.datasets"),
 }
 

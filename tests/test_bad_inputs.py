@@ -25,9 +25,11 @@ from mixreplay import (
     OfflineToOnlineReplayBuffer,
     RandomSampler,
     ReplayBuffer,
+    SamplerWithoutReplacement,
     SchemaMismatchError,
 )
 from mixreplay.datasets.memmap import write_memmap_dataset
+from mixreplay.errors import DataStructureError
 from tests.conftest import ted_rows
 from tests.helpers import assert_state_equal
 
@@ -83,14 +85,14 @@ def refused_unchanged(rb, call, err, match) -> None:
             TypeError,
             r"storage must be a mixreplay storage \(LazyTensorStorage, LazyMemmapStorage\) or a TorchRL Storage, got int",
         ),
-        (dict(storage=None), TypeError, "storage must be a mixreplay storage .* got NoneType"),
+        (dict(storage="lazy"), TypeError, "storage must be a mixreplay storage .* got str"),
         (
             dict(sampler="uniform"),
             TypeError,
             r"sampler must be a mixreplay Sampler \(RandomSampler, PrioritizedSampler, SliceSampler, "
             r"SamplerWithoutReplacement\), got str 'uniform'",
         ),
-        (dict(sampler=RandomSampler), TypeError, "sampler must be a mixreplay Sampler .* got type"),
+        (dict(sampler=int), TypeError, "sampler must be a mixreplay Sampler .* got int 0"),
         (dict(batch_size=1.5), TypeError, "batch_size must be a positive int, got float 1.5"),
         (dict(batch_size=True), TypeError, "batch_size must be a positive int, got bool True"),
         (dict(batch_size=0), ValueError, "batch_size must be a positive int, got 0"),
@@ -378,7 +380,28 @@ BAD_WRITES = {
 @pytest.mark.parametrize("kind", sorted(BUFFERS))
 def test_bad_writes_change_nothing(kind, what):
     data, err, match = BAD_WRITES[what]
+    if kind == "ReplayBuffer":  # it also takes other data types (issue 19), not after TensorDicts
+        err, match = REPLAY_BAD_WRITES.get(what, (err, match))
     refused_unchanged(BUFFERS[kind](), _extend(data), err, match)
+
+
+# A ReplayBuffer takes tensors, pytrees, lists of items and [n, ...] TensorDicts as a first
+# write; after TensorDict rows [n] it refuses them, naming what it holds.
+_HOLDS = r"this storage holds TensorDict rows \[n\] \(fixed by its first write\), got "
+REPLAY_BAD_WRITES = {
+    "two batch dims": (
+        DataStructureError,
+        _HOLDS + r"a TensorDict with batch_size=\[2, 3\]; flatten it with data.reshape\(-1\)",
+    ),
+    "a single row": (
+        DataStructureError,
+        _HOLDS + r"a TensorDict with batch_size=\[\]; use add\(\) for a single row",
+    ),
+    "a plain dict": (DataStructureError, _HOLDS + "a dict of 1 items; write data of the same type"),
+    "a tensor": (DataStructureError, _HOLDS + r"a tensor \[2, 3\] of torch.float32"),
+    "None": (DataStructureError, _HOLDS + "NoneType None"),
+    "a list of rows": (DataStructureError, _HOLDS + r"a TensorDict with batch_size=\[1, 1\]"),
+}
 
 
 def test_the_first_online_write_must_match_the_offline_rows():
@@ -417,7 +440,7 @@ def test_sampling_with_no_rows_anywhere():
         rb,
         lambda rb: rb.sample(),
         EmptyBufferError,
-        r"cannot sample from an empty buffer: extend it with rows first",
+        r"Cannot sample from an empty storage: extend the buffer with rows first",
     )
     mix = MixtureReplayBuffer(
         {"a": LazyTensorStorage(4), "b": LazyTensorStorage(4)}, {"a": 1, "b": 1}, generator=0
@@ -432,16 +455,26 @@ def test_sampling_with_no_rows_anywhere():
 
 def test_more_rows_than_held_without_replacement():
     rb = ReplayBuffer(
-        storage=LazyTensorStorage(10), sampler=RandomSampler(replacement=False), generator=0
+        storage=LazyTensorStorage(10),
+        sampler=SamplerWithoutReplacement(drop_last=True),
+        generator=0,
     )
     rb.extend(ted_rows(5))
     refused_unchanged(
         rb,
         lambda rb: rb.sample(6),
         ValueError,
-        r"cannot draw 6 distinct rows without replacement from a source holding 5; ask for at most 5 rows, or use RandomSampler\(replacement=True\)",
+        r"batch_size 6 is larger than the 5 rows held, so with drop_last=True no batch could be "
+        r"returned without repeating rows; ask for at most 5 rows, or use "
+        r"SamplerWithoutReplacement\(drop_last=False\)",
     )
     assert sorted(rb.sample(5)["next", "reward"].squeeze(-1).tolist()) == [0.0, 1.0, 2.0, 3.0, 4.0]
+    # without drop_last, TorchRL's meaning: the epoch's rows, a short batch
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(10), sampler=RandomSampler(replacement=False), generator=0
+    )
+    rb.extend(ted_rows(5))
+    assert sorted(rb.sample(6)["next", "reward"].squeeze(-1).tolist()) == [0.0, 1.0, 2.0, 3.0, 4.0]
 
 
 def test_mixed_batch_asking_a_source_for_more_distinct_rows_than_it_holds():

@@ -277,7 +277,7 @@ def test_metadata_records_the_run(tmp_path):
     rb.set_step(4)
     rb.dumps(tmp_path / "ck")
     meta = json.loads((tmp_path / "ck" / METADATA).read_text())
-    assert meta["format"] == "mixreplay-checkpoint" and meta["format_version"] == 2
+    assert meta["format"] == "mixreplay-checkpoint" and meta["format_version"] == 3
     assert meta["mixreplay_version"] and meta["checksum"].startswith("sha256:")
     state = meta["state"]
     assert state["kind"] == "OfflineToOnlineReplayBuffer"
@@ -338,12 +338,13 @@ def _saved(tmp_path, make=None) -> Path:
     return path
 
 
-def _edit_metadata(path: Path, edit, *, fix_checksum: bool) -> None:
+def _edit_metadata(path: Path, edit, *, fix_checksum: bool | None) -> None:
+    """Edit metadata.json; its checksum recomputed (True), kept as it was (False) or removed (None)."""
     meta = json.loads((path / METADATA).read_text())
-    meta.pop("checksum")
+    old = meta.pop("checksum")
     edit(meta)
-    if fix_checksum:
-        meta["checksum"] = _checksum(meta)
+    if fix_checksum is not None:
+        meta["checksum"] = _checksum(meta) if fix_checksum else old
     (path / METADATA).write_text(json.dumps(meta))
 
 
@@ -370,10 +371,53 @@ def _flip_a_byte(path):
     f.write_bytes(bytes(data))
 
 
+def _edited_with_nan(value):
+    """An edit (the fraction 0.3 -> 0.9) that hides behind a non-JSON number and no checksum."""
+
+    def edit(m):
+        m["state"]["fraction"]["schedule"]["value"] = 0.9
+        m["state"]["fraction"]["base_offline_fraction"] = 0.9
+        m["pad"] = value
+
+    return lambda p: _edit_metadata(p, edit, fix_checksum=None)
+
+
+def _insert_raw(path: Path, text: str) -> None:
+    """Add ``text`` right after the opening brace of metadata.json (the checksum unchanged)."""
+    raw = (path / METADATA).read_text()
+    (path / METADATA).write_text("{" + text + "," + raw.lstrip()[1:])
+
+
 CORRUPTIONS = {
+    "NaN in metadata without a checksum": (
+        _edited_with_nan(float("nan")),
+        "metadata.json is not strict JSON: NaN is not a JSON value",
+    ),
+    "Infinity in metadata without a checksum": (
+        _edited_with_nan(float("-inf")),
+        "metadata.json is not strict JSON: -Infinity is not a JSON value",
+    ),
+    "a number that overflows a float": (
+        lambda p: _insert_raw(p, '"pad": 1e999'),
+        "metadata.json is not strict JSON: the number 1e999 overflows a float",
+    ),
+    "a key repeated with the same value": (
+        lambda p: _insert_raw(p, '"format": "mixreplay-checkpoint"'),
+        "metadata.json is not strict JSON: the key 'format' appears twice in one object",
+    ),
+    "an edit with the checksum removed": (
+        lambda p: _edit_metadata(
+            p, lambda m: m["state"]["fraction"].update(base_offline_fraction=0.9), fix_checksum=None
+        ),
+        "metadata.json has no checksum, which every checkpoint of format version 3 carries",
+    ),
+    "format 1 claimed, without a checksum": (
+        lambda p: _edit_metadata(p, lambda m: m.update(format_version=1), fix_checksum=None),
+        "metadata.json has no checksum, which every checkpoint of format version 1 carries",
+    ),
     "unknown format version": (
         lambda p: _edit_metadata(p, lambda m: m.update(format_version=99), fix_checksum=True),
-        r"in checkpoint format version 99; this mixreplay .* reads versions 1 to 2: upgrade mixreplay",
+        r"in checkpoint format version 99; this mixreplay .* reads versions 1 to 3: upgrade mixreplay",
     ),
     "not a checkpoint format": (
         lambda p: _edit_metadata(p, lambda m: m.update(format="something-else"), fix_checksum=True),
@@ -494,7 +538,8 @@ MISFITS = {
             generator=5,
         ),
         None,
-        r"sampler's settings differ \(replacement: saved None, buffer False\)",
+        r"saved with a RandomSampler, this buffer samples with a SamplerWithoutReplacement; "
+        r"build the buffer with the same sampler",
     ),
     "another schema in the buffer": (
         lambda: ReplayBuffer(storage=LazyTensorStorage(10), generator=3),
@@ -600,7 +645,7 @@ def test_a_torchrl_online_storage_round_trips(tmp_path):
 # -- crash safety -----------------------------------------------------------------------------
 
 
-def test_an_interrupted_swap_is_recovered(tmp_path):
+def test_an_interrupted_swap_is_read_by_readers_and_recovered_by_the_next_writer(tmp_path):
     path = _saved(tmp_path)
     aside = tmp_path / ".ck.old"
     # Killed between "old aside" and "new in": only the aside copy exists.
@@ -608,9 +653,12 @@ def test_an_interrupted_swap_is_recovered(tmp_path):
     stale_tmp = tmp_path / ".ck.tmp-999999999-abc"  # a dead writer's half-written directory
     stale_tmp.mkdir()
     (stale_tmp / "sources.online.storage.rows.bin").write_bytes(b"\0" * 10)
+    listing = sorted(os.listdir(tmp_path))
     rb = _o2o(10, None)
-    rb.loads(path)
-    assert path.is_dir() and not aside.exists() and len(rb.online_buffer) == 10
+    rb.loads(path)  # a reader reads the previous checkpoint, and changes nothing
+    assert len(rb.online_buffer) == 10 and sorted(os.listdir(tmp_path)) == listing
+    rb.dumps(path)  # the next writer recovers, cleans up and saves
+    assert sorted(os.listdir(tmp_path)) == ["ck"]
     # Killed while removing the old copy: both exist, the new one wins and the old is dropped.
     shutil.copytree(path, aside)
     (aside / METADATA).write_text("{half deleted")
@@ -839,7 +887,7 @@ def test_format_1_checkpoints_load_and_draw_what_the_old_version_drew(name, tmp_
     }
     assert got == expected
     rb.dumps(tmp_path / "again")  # and is saved in the current format
-    assert json.loads((tmp_path / "again" / METADATA).read_text())["format_version"] == 2
+    assert json.loads((tmp_path / "again" / METADATA).read_text())["format_version"] == 3
 
 
 def test_the_annealed_fraction_of_a_format_1_checkpoint_resumes_as_it_was(tmp_path):
@@ -854,11 +902,11 @@ def test_the_annealed_fraction_of_a_format_1_checkpoint_resumes_as_it_was(tmp_pa
 def test_a_checkpoint_of_a_newer_format_says_so(tmp_path):
     path = _saved(tmp_path)
     _edit_metadata(
-        path, lambda m: m.update(format_version=3, mixreplay_version="9.0"), fix_checksum=True
+        path, lambda m: m.update(format_version=4, mixreplay_version="9.0"), fix_checksum=True
     )
     with pytest.raises(
         CheckpointError,
-        match="written by mixreplay '9.0' in checkpoint format version 3; .*upgrade",
+        match="written by mixreplay '9.0' in checkpoint format version 4; .*upgrade",
     ):
         _o2o(10, None).loads(path)
 

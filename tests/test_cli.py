@@ -181,6 +181,74 @@ def test_a_bad_command_line_is_one_line_and_status_2(argv, expected, capsys):
     assert err.startswith(expected) and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        # abbreviations are errors: `--seed 3` once ran 3 seeds as `--seeds 3`
+        (
+            ["demo", "--seed", "3", "--quick"],
+            "mixreplay: error: unrecognized arguments: --seed 3",
+        ),
+        (["example", "--frac", "0.5"], "mixreplay: error: unrecognized arguments: --frac"),
+        (
+            ["convert", "a:b", "out", "--over"],
+            "mixreplay: error: unrecognized arguments: --over",
+        ),
+        (
+            ["cache", "clean", "--dry"],
+            "mixreplay: error: unrecognized arguments: --dry",
+        ),
+        (["--verb", "example"], "mixreplay: error: unrecognized arguments: --verb"),
+    ],
+)
+def test_no_option_can_be_abbreviated(argv, expected, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(expected) and err.count("\n") == 1, err
+
+
+def _parsers(parser: argparse.ArgumentParser):
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _parsers(sub)
+
+
+@pytest.mark.parametrize("name", [c.name for c in COMMANDS])
+def test_every_parser_refuses_abbreviations(name):
+    parsers = list(_parsers(cli.build_parser([name])))
+    assert len(parsers) > len(COMMANDS)  # the command's real parser (and its own subparsers)
+    assert [p.prog for p in parsers if p.allow_abbrev] == []
+
+
+def test_every_argparse_parser_in_the_repository_refuses_abbreviations():
+    """Examples and benchmarks too: each ArgumentParser(...) call passes allow_abbrev=False."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    calls = 0
+    for path in sorted(
+        p
+        for d in ("examples", "benchmarks", "scripts", "mixreplay")
+        for p in (root / d).rglob("*.py")
+    ):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "ArgumentParser"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "argparse"
+            ):
+                calls += 1
+                passed = {k.arg: k.value for k in node.keywords}
+                assert "allow_abbrev" in passed, f"{path.relative_to(root)}:{node.lineno}"
+                value = passed["allow_abbrev"]
+                assert isinstance(value, ast.Constant) and value.value is False, path
+    assert calls >= 12
+
+
 def test_example_runs_with_the_core_only(capsys):
     assert main(["example", "--fraction", "0.5", "--batch-size", "10"]) == 0
     out = capsys.readouterr().out

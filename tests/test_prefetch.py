@@ -122,7 +122,7 @@ def test_error_in_the_thread_surfaces_in_sample_and_leaves_the_sequence():
 
 def test_empty_buffer_error_surfaces():
     with ReplayBuffer(storage=LazyTensorStorage(10), batch_size=2, prefetch=2) as rb:
-        with pytest.raises(EmptyBufferError, match="extend it with rows first"):
+        with pytest.raises(EmptyBufferError, match="extend the buffer with rows first"):
             rb.sample()
         rb.extend(rows(4))
         assert rb.sample().batch_size == torch.Size([2])

@@ -1,17 +1,43 @@
-"""Buffers: one source (:class:`ReplayBuffer`, :class:`OfflineDataset`) or several mixed.
+"""Buffers over one source: :class:`ReplayBuffer` and :class:`OfflineDataset`.
 
 ::
 
-    ReplayBuffer                  rows of one storage, drawn by a sampler
-    └── OfflineDataset            read-only rows with episode boundaries
-    MixingBuffer (engine)         the split, gather, labels, priorities and state of a mixture
-    ├── OfflineToOnlineReplayBuffer   the reference's offline + online buffer
-    └── MixtureReplayBuffer           any number of named sources by weight
+    BufferBase (base.py)          what every buffer shares: fields, sampling, prefetch,
+    │                             transforms, checkpoint files
+    ├── ReplayBuffer              rows of one storage, drawn by a sampler
+    │   └── OfflineDataset        read-only rows with episode boundaries
+    └── MixingBuffer              several sources mixed per batch (mixreplay.mixing)
+
+The mixing buffers live in :mod:`mixreplay.mixing`; ``from mixreplay.buffers import
+OfflineToOnlineReplayBuffer, MixtureReplayBuffer`` keeps working (imported on first use:
+the mixing package builds on this one).
 """
 
-from mixreplay.buffers.mixture import MixtureReplayBuffer
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from mixreplay.buffers.offline import OfflineDataset
-from mixreplay.buffers.offline_to_online import OfflineToOnlineReplayBuffer
 from mixreplay.buffers.replay import ReplayBuffer
 
 __all__ = ["MixtureReplayBuffer", "OfflineDataset", "OfflineToOnlineReplayBuffer", "ReplayBuffer"]
+
+_MIXING = {
+    "MixtureReplayBuffer": "mixreplay.mixing.mixture",
+    "OfflineToOnlineReplayBuffer": "mixreplay.mixing.offline_to_online",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _MIXING.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from mixreplay.mixing.mixture import MixtureReplayBuffer
+    from mixreplay.mixing.offline_to_online import OfflineToOnlineReplayBuffer

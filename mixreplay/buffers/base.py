@@ -1,35 +1,72 @@
-"""What every buffer shares: prefetching, transforms, the context manager and checkpoint files.
+"""What every buffer shares: construction, sampling (prefetched or not), transforms, checkpoints.
 
 :class:`~mixreplay.ReplayBuffer` and the mixing buffers differ in how they draw a batch and
-in what their state holds; how a prefetch queue follows writes, how transforms are attached
-and how a state goes to and from a checkpoint directory is the same for all of them, and
-lives here once.
+in what their state holds; the fields every buffer has, how a batch size is resolved, how a
+prefetch queue hands out batches and follows writes, the transforms-then-pin tail of every
+batch, the kind check of a saved state and how a state goes to and from a checkpoint
+directory are the same for all of them, and live here once.
 """
 
 from __future__ import annotations
 
+import operator
 import os
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
+from tensordict import TensorDictBase
 
 from mixreplay import checkpoint
 from mixreplay._state import Plan
-from mixreplay.prefetch import Prefetcher
+from mixreplay._validate import check_int, describe
+from mixreplay.errors import CheckpointError
+from mixreplay.prefetch import Prefetcher, check_pin_memory, check_prefetch, pin
 from mixreplay.transforms import Compose, Transform
 
-__all__ = ["BufferBase"]
+__all__ = ["BufferBase", "check_batch_size", "make_generator"]
+
+#: what one draw of a buffer returns (a batch and what its info is built from)
+R = TypeVar("R")
 
 
-class BufferBase:
+def make_generator(generator: torch.Generator | int | None) -> torch.Generator:
+    """The buffer's own generator: given, seeded from an int, or freshly seeded.
+
+    A fresh one is seeded from the OS, not from torch's global RNG, which
+    library code never touches.
+    """
+    if generator is None:
+        g = torch.Generator()
+        g.seed()
+        return g
+    if isinstance(generator, torch.Generator):
+        return generator
+    try:
+        seed = operator.index(generator) if not isinstance(generator, bool) else None
+    except TypeError:
+        seed = None
+    if seed is None:
+        raise TypeError(
+            f"generator must be a torch.Generator or an int seed, got {describe(generator)}; "
+            "e.g. generator=0 or generator=torch.Generator().manual_seed(0)"
+        )
+    return torch.Generator().manual_seed(seed)
+
+
+def check_batch_size(batch_size: Any, *, name: str = "batch_size") -> int:
+    """A batch size: a positive int (NumPy and 0-dim tensor integers accepted)."""
+    return check_int(batch_size, name, min=1, what="a positive int")
+
+
+class BufferBase(Generic[R]):
     """The shared half of a buffer; a subclass draws batches and owns its state.
 
-    A subclass sets ``_batch_size``, ``_generator``, ``_transform``, ``_prefetch``,
-    ``_pin_memory`` and ``_prefetcher = None`` in its constructor, and implements
-    :meth:`_prefetch_draw`, :meth:`_draw_snapshot`, :meth:`_restore_draws`,
-    :meth:`_ran_out`, :meth:`state_dict`, :meth:`plan_load_state_dict` and
-    :meth:`state_lock`.
+    A subclass calls :meth:`_init_buffer` in its constructor and implements
+    :meth:`_sample_now` (one batch drawn now, as its record type ``R``),
+    :meth:`_draw_snapshot`, :meth:`_restore_draws`, :meth:`state_dict`,
+    :meth:`plan_load_state_dict` and :meth:`state_lock` (and :meth:`_ran_out`
+    when its sampler has epochs).
     """
 
     _batch_size: int | None
@@ -37,12 +74,29 @@ class BufferBase:
     _transform: Compose
     _prefetch: int
     _pin_memory: bool
-    _prefetcher: Prefetcher | None
+    _prefetcher: Prefetcher[R] | None
+
+    def _init_buffer(
+        self,
+        batch_size: int | None,
+        generator: torch.Generator | int | None,
+        transform: Transform | None,
+        prefetch: int | None,
+        pin_memory: bool,
+    ) -> None:
+        """Check and set the fields every buffer has."""
+        self._batch_size = None if batch_size is None else check_batch_size(batch_size)
+        self._prefetch = check_prefetch(prefetch, self._batch_size)
+        self._pin_memory = check_pin_memory(pin_memory)
+        self._prefetcher = None  # started by the first sample()
+        self._prefetch_stamp: int | None = None  # the transforms the queued batches went through
+        self._generator = make_generator(generator)
+        self._transform = Compose.of(transform)
 
     # -- what a subclass provides ----------------------------------------------------------
 
-    def _prefetch_draw(self) -> Any:
-        """Draw one batch of ``batch_size`` for the prefetch queue (with what ``sample`` needs)."""
+    def _sample_now(self, batch_size: int, info: bool) -> R:
+        """Draw one batch now (with what its info needs when ``info``)."""
         raise NotImplementedError
 
     def _draw_snapshot(self) -> Any:
@@ -67,9 +121,62 @@ class BufferBase:
         """Hold every lock a consistent snapshot of the state needs."""
         raise NotImplementedError
 
+    # -- sampling --------------------------------------------------------------------------
+
+    def _resolve_batch_size(self, batch_size: int | None) -> int:
+        if batch_size is None:
+            if self._batch_size is None:
+                raise ValueError(
+                    "batch_size must be provided either in __init__ or sample(): pass "
+                    "sample(batch_size) or set batch_size= at construction"
+                )
+            return self._batch_size
+        return check_batch_size(batch_size)
+
+    def _draw(self, batch_size: int | None, info: bool) -> tuple[R, bool]:
+        """One batch and whether it ended an epoch: from the prefetch queue when it holds
+        this size, else drawn now."""
+        n = self._resolve_batch_size(batch_size)
+        if self._prefetch:
+            prefetcher = self._prefetching()
+            assert prefetcher is not None
+            if n == self._batch_size:
+                self._check_prefetched()
+                return prefetcher.next()
+            # Another size: the queued batches are undone, so the sequence stays that of a
+            # buffer without prefetching.
+            prefetcher.discard()
+        return self._sample_now(n, info), self._ran_out()
+
+    def _transforms_stamp(self) -> int:
+        """Changes whenever a transform this buffer's batches go through changes."""
+        return self._transform.version
+
+    def _check_prefetched(self) -> None:
+        # The transforms changed since the queued batches were drawn (``rb.transform.append``
+        # or, on a mixing buffer, a source's append_transform): the batches drawn ahead with
+        # the old ones are undone and drawn again, so every batch after the change follows it,
+        # whatever the prefetch thread had done by then.
+        stamp = self._transforms_stamp()
+        if stamp != self._prefetch_stamp:
+            self._prefetch_stamp = stamp
+            self._discard_prefetched()
+
+    def _finish(self, batch: TensorDictBase) -> TensorDictBase:
+        """The tail of every batch: this buffer's transforms, then pinning."""
+        if self._transform:
+            batch = self._transform(batch)
+        if self._pin_memory:
+            batch = pin(batch)
+        return batch
+
     # -- prefetching (mixreplay.prefetch) --------------------------------------------------
 
-    def _prefetching(self) -> Prefetcher | None:
+    def _prefetch_draw(self) -> R:
+        assert self._batch_size is not None  # check_prefetch: prefetching needs a batch size
+        return self._sample_now(self._batch_size, True)
+
+    def _prefetching(self) -> Prefetcher[R] | None:
         """The prefetch queue, started on first use; ``None`` without ``prefetch``."""
         if self._prefetch and self._prefetcher is None:
             self._prefetcher = Prefetcher(
@@ -165,6 +272,17 @@ class BufferBase:
         self._transform.insert(index, transform)
 
     # -- checkpoints (mixreplay.checkpoint) ------------------------------------------------
+
+    def _check_kind(self, state: Any) -> dict[str, Any]:
+        """``state`` if it is a dict saved by this kind of buffer; a CheckpointError otherwise."""
+        name = type(self).__name__
+        if not isinstance(state, dict):
+            raise CheckpointError(f"a {name} state is a dict, got {type(state).__name__}")
+        if state.get("kind") != name:
+            raise CheckpointError(
+                f"the state holds a {state.get('kind')}, not a {name}; load it into a {state.get('kind')}"
+            )
+        return state
 
     def load_state_dict(self, state: Any, *, allow_offline_mismatch: bool = False) -> None:
         """Restore :meth:`state_dict`; raises :class:`~mixreplay.CheckpointError`, changing nothing, if it does not fit.

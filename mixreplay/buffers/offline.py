@@ -18,6 +18,8 @@ from mixreplay.transforms import Transform
 
 __all__ = ["OfflineDataset", "check_episode_starts"]
 
+_META = torch.device("meta")
+
 
 def check_episode_starts(starts: Any, rows: int, where: str = "episode_starts") -> torch.Tensor:
     """``starts`` as an int64 tensor: 0 first (for rows > 0), strictly increasing, below ``rows``.
@@ -106,7 +108,29 @@ class OfflineDataset(ReplayBuffer):
     def from_tensordict(
         cls, td: TensorDictBase, *, episode_starts: Any = None, **kwargs: Any
     ) -> OfflineDataset:
-        """Pack a ``[n]`` TensorDict (copied) into an in-memory dataset."""
+        """Pack a ``[n]`` TensorDict (copied) into an in-memory dataset (``n`` may be 0).
+
+        Raises:
+            TypeError: ``td`` is not a TensorDict.
+            ValueError: its batch is not one dimension of rows, or it holds no data
+                (the ``meta`` device).
+        """
+        if not isinstance(td, TensorDictBase):
+            raise TypeError(
+                f"from_tensordict expects a TensorDict of rows, got {type(td).__name__}; wrap "
+                "it: TensorDict(data, batch_size=[n])"
+            )
+        if td.batch_dims != 1:
+            raise ValueError(
+                f"from_tensordict expects rows, a TensorDict with batch_size=[n], got "
+                f"batch_size={list(td.batch_size)}; flatten it first: td.reshape(-1)"
+            )
+        on_meta = [k for k, v in td.items(True, True) if getattr(v, "device", None) == _META]
+        if on_meta:
+            raise ValueError(
+                f"key {on_meta[0]!r} is on the meta device, which holds no data; build the rows "
+                "on the CPU or a GPU"
+            )
         storage = FrozenStorage.from_tensordict(td)
         meta = {"fingerprint": storage.fingerprint, "rows": len(storage)}
         return cls(storage, episode_starts=episode_starts, metadata=meta, **kwargs)

@@ -3,82 +3,99 @@
 from __future__ import annotations
 
 import logging
-import operator
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from mixreplay import data_types
 from mixreplay._state import Plan, generator_state, plan_generator, plan_sampler, sampler_state
 from mixreplay._torchrl_args import UNSUPPORTED_METHODS, check_unsupported, unsupported_method
-from mixreplay._validate import check_int, describe
-from mixreplay.buffers.base import BufferBase
+from mixreplay._validate import check_bool, check_callable, describe
+from mixreplay.buffers.base import BufferBase, check_batch_size, make_generator
 from mixreplay.errors import CheckpointError, EmptyBufferError
 from mixreplay.layout import new_tensordict
-from mixreplay.prefetch import Prefetcher, check_pin_memory, check_prefetch, pin
 from mixreplay.samplers import RandomSampler, Sampler
-from mixreplay.storages.base import Storage, check_row
-from mixreplay.storages.foreign import adapt_storage
-from mixreplay.transforms import Compose, Transform
+from mixreplay.storages.base import Storage
+from mixreplay.storages.foreign import adapt_storage, looks_like_storage
+from mixreplay.storages.ring import LazyTensorStorage
+from mixreplay.transforms import Inverted, Transform
 
-__all__ = ["ReplayBuffer", "check_batch_size", "make_generator"]
+__all__ = ["DEFAULT_CAPACITY", "ReplayBuffer", "Sampled", "check_batch_size", "make_generator"]
 
 log = logging.getLogger(__name__)
 
+#: the storage of ``ReplayBuffer()`` without one: ``LazyTensorStorage(1000)`` (TorchRL's
+#: default holds 1,000 items too)
+DEFAULT_CAPACITY = 1000
 
-def make_generator(generator: torch.Generator | int | None) -> torch.Generator:
-    """The buffer's own generator: given, seeded from an int, or freshly seeded.
+_NOTHING_WRITTEN = torch.zeros((0, 1), dtype=torch.long)
 
-    A fresh one is seeded from the OS, not from torch's global RNG, which
-    library code never touches.
-    """
-    if generator is None:
-        g = torch.Generator()
-        g.seed()
-        return g
-    if isinstance(generator, torch.Generator):
-        return generator
-    try:
-        seed = operator.index(generator) if not isinstance(generator, bool) else None
-    except TypeError:
-        seed = None
-    if seed is None:
-        raise TypeError(
-            f"generator must be a torch.Generator or an int seed, got {describe(generator)}; "
-            "e.g. generator=0 or generator=torch.Generator().manual_seed(0)"
-        )
-    return torch.Generator().manual_seed(seed)
+# TorchRL's words first: code written against TorchRL matches on them
+EMPTY_MESSAGE = "Cannot sample from an empty storage: extend the buffer with rows first"
 
 
-def check_batch_size(batch_size: Any, *, name: str = "batch_size") -> int:
-    """A batch size: a positive int (NumPy and 0-dim tensor integers accepted)."""
-    return check_int(batch_size, name, min=1, what="a positive int")
+def _eval(transform: Any) -> None:
+    """Put a module transform (a TorchRL ``Transform``) in eval mode, as TorchRL's buffer does:
+    a transform with running statistics (``VecNorm``) does not update them on sampled data."""
+    if isinstance(transform, Inverted):
+        transform = transform.transform
+    if isinstance(transform, torch.nn.Module):
+        transform.eval()
 
 
-class ReplayBuffer(BufferBase):
+def _no_rows(data: Any) -> bool:
+    """Whether write-side transforms left nothing to write (``None`` or zero rows)."""
+    if data is None:
+        return True
+    shape = getattr(data, "batch_size", None)
+    if shape is None and isinstance(data, torch.Tensor):
+        shape = data.shape
+    return shape is not None and len(shape) > 0 and shape[0] == 0
+
+
+class Sampled(NamedTuple):
+    """One batch of a :class:`ReplayBuffer` (what the prefetch queue holds)."""
+
+    batch: TensorDictBase
+    #: ``"index"`` (and ``"weight"``) per row, when asked for
+    info: TensorDict | None
+
+
+class ReplayBuffer(BufferBase[Sampled]):
     """Rows in a storage, drawn by a sampler with the buffer's own generator.
 
-    Args:
-        storage: a mixreplay storage (:class:`~mixreplay.LazyTensorStorage`,
-            :class:`~mixreplay.LazyMemmapStorage`, ...) or a TorchRL ``Storage``.
+    TorchRL's ``ReplayBuffer`` with the same arguments and meaning, for the data types
+    TorchRL's takes over a tensor storage: TensorDicts, tensorclasses, tensors, pytrees of
+    tensors and lists of items (see :mod:`mixreplay.data_types`); ``sample`` and ``rb[i]``
+    give back the type that was stored.
 
     Keyword Args:
-        sampler: which rows a batch draws; uniform with replacement by default.
+        storage: a mixreplay storage (:class:`~mixreplay.LazyTensorStorage`,
+            :class:`~mixreplay.LazyMemmapStorage`, ...), a TorchRL ``Storage``, or a
+            callable that builds one; ``LazyTensorStorage(1000)`` by default.
+        sampler: which rows a batch draws (or a callable that builds the sampler);
+            uniform with replacement by default.
         batch_size: default batch size of :meth:`sample`.
         generator: a ``torch.Generator`` (or an int seed) that all sampling draws from.
-        transform: applied to every sampled batch (a callable ``td -> td`` or a TorchRL
-            ``Transform``); more with :meth:`append_transform`. When this buffer is a
-            source of a mixing buffer, its transforms run on the rows it contributes.
+        transform: applied to every sampled batch (a callable or a TorchRL
+            ``Transform``, put in eval mode as TorchRL does); a TorchRL ``Transform``'s
+            inverse also runs on every write (see :mod:`mixreplay.transforms`). More with
+            :meth:`append_transform`. When this buffer is a source of a mixing buffer,
+            its transforms run on the rows it contributes.
         transform_factory: builds ``transform`` (TorchRL's spelling; exclusive with it).
         prefetch: batches a background thread keeps ready (needs ``batch_size``);
             see :mod:`mixreplay.prefetch` for what it guarantees.
         pin_memory: return batches in page-locked memory (needs CUDA), for fast
             ``batch.to("cuda", non_blocking=True)``.
-        **torchrl_kwargs: TorchRL's other arguments (``writer``, ``collate_fn``,
-            ``dim_extend``, ``shared``, ...) are accepted with TorchRL's default only;
-            any other value raises ``TypeError`` naming the argument and the mixreplay way.
+        collate_fn: applied to every batch as stored (and to ``rb[index]`` but for an int
+            index), before the transforms, as TorchRL does with a tensor storage.
+        **torchrl_kwargs: TorchRL's other arguments (``writer``, ``dim_extend``,
+            ``shared``, ``compilable``, ...) are accepted with TorchRL's default (a
+            ``RoundRobinWriter`` for ``writer``), which is what mixreplay does; any other
+            value raises ``TypeError`` naming the argument and the mixreplay way.
 
     Iterating (``for batch in rb``) yields sampled batches of ``batch_size``: without
     end for a sampler with replacement, one epoch for a
@@ -112,7 +129,7 @@ class ReplayBuffer(BufferBase):
     def __init__(
         self,
         *,
-        storage: Any,
+        storage: Any = None,
         sampler: Sampler | None = None,
         batch_size: int | None = None,
         generator: torch.Generator | int | None = None,
@@ -120,9 +137,23 @@ class ReplayBuffer(BufferBase):
         transform_factory: Callable[[], Transform] | None = None,
         prefetch: int | None = None,
         pin_memory: bool = False,
+        collate_fn: Callable[[Any], Any] | None = None,
         **torchrl_kwargs: Any,
     ):
         check_unsupported(type(self).__name__, torchrl_kwargs)
+        if collate_fn is not None:
+            check_callable(collate_fn, "collate_fn", hint="pass a function batch -> batch")
+        self._collate_fn = collate_fn
+        if storage is None:
+            storage = LazyTensorStorage(DEFAULT_CAPACITY)
+        elif (
+            not isinstance(storage, Storage)
+            and not looks_like_storage(storage)
+            and callable(storage)
+        ):
+            storage = storage()  # TorchRL also takes a storage factory
+        if sampler is not None and not isinstance(sampler, Sampler) and callable(sampler):
+            sampler = sampler()
         if transform_factory is not None:
             if transform is not None:
                 raise TypeError("transform and transform_factory are exclusive: pass one of them")
@@ -143,18 +174,11 @@ class ReplayBuffer(BufferBase):
             )
         sampler.attach(storage)  # sizes what it keeps by the storage, checks it fits
         self._sampler: Sampler = sampler
-        self._batch_size = None if batch_size is None else check_batch_size(batch_size)
-        self._generator = make_generator(generator)
-        self._transform = Compose.of(transform)
-        self._prefetch = check_prefetch(prefetch, self._batch_size)
-        self._pin_memory = check_pin_memory(pin_memory)
-        self._prefetcher: Prefetcher | None = None  # started by the first sample()
+        self._init_buffer(batch_size, generator, transform, prefetch, pin_memory)
+        for t in self._transform:
+            _eval(t)
 
     # -- prefetching (mixreplay.prefetch) --------------------------------------------------
-
-    def _prefetch_draw(self) -> tuple[TensorDictBase, TensorDict | None]:
-        assert self._batch_size is not None  # prefetching needs a batch size
-        return self._sample_now(self._batch_size, info=True)
 
     def _draw_snapshot(self):
         return self._generator.get_state(), self._sampler.draw_state()
@@ -196,6 +220,21 @@ class ReplayBuffer(BufferBase):
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
+    def initialized(self) -> bool:
+        """Always ``True``: a mixreplay buffer is ready once built (TorchRL's ``initialized``)."""
+        return True
+
+    @property
+    def _rng(self) -> torch.Generator:
+        # TorchRL's name for the buffer's generator (its own tests set its state through it)
+        return self._generator
+
+    @property
+    def collate_fn(self) -> Callable[[Any], Any] | None:
+        """Applied to every batch as stored, before the transforms (TorchRL's ``collate_fn``)."""
+        return self._collate_fn
+
+    @property
     def dim_extend(self) -> int:
         """TorchRL's extension dimension: always 0 (rows are extended along dim 0)."""
         return 0
@@ -233,98 +272,153 @@ class ReplayBuffer(BufferBase):
 
     # -- writing ---------------------------------------------------------------------------
 
-    def extend(self, data: TensorDictBase) -> torch.Tensor:
-        """Write the rows of ``data`` (batch ``[n]``); return the slots written."""
-        self._before_write()
+    def extend(self, data: Any) -> torch.Tensor:
+        """Write the rows of ``data``; return the slots written.
+
+        ``data`` is a TensorDict ``[n]`` (or ``[n, ...]``), a tensorclass, a tensor, a
+        pytree of tensors, or a list of items (see :mod:`mixreplay.data_types`); the
+        first write fixes the type every later one must have. Write-side transforms run
+        first (see :mod:`mixreplay.transforms`); when they keep nothing, nothing is
+        written and the slots are empty.
+        """
+        if self._transform.writes:
+            data = self._transform.inv(data)
+            if _no_rows(data):
+                return _NOTHING_WRITTEN.clone()
+        return self._write(data)
+
+    def add(self, data: Any) -> Any:
+        """Write one row (a TensorDict ``[]``, a tensor, a pytree, a tensorclass); return its slot."""
+        if self._transform.writes:
+            # as TorchRL: a tensor collection goes through the write sides as a batch of one
+            collection = data_types.is_collection(data)
+            data = self._transform.inv(data_types.one_row(data) if collection else data)
+            if _no_rows(data):
+                return _NOTHING_WRITTEN.clone()
+            return int(self._write(data if collection else data_types.one_row(data))[0])
+        return int(self._write(data_types.one_row(data))[0])
+
+    def _write(self, data: Any) -> torch.Tensor:
         storage = self._storage
-        # One lock around the write and the sampler's bookkeeping: a concurrent sample or
-        # priority update never sees rows its sampler has not been told about.
-        with storage.lock:
-            index = storage.extend(data)
-            self._sampler.on_extend(index, storage)
+        codec = storage.codec
+        # the fast path (TensorDict rows [n] into TensorDict rows) costs two cheap checks;
+        # everything else, TensorDict subclasses and lazy stacks included, is converted
+        convert = codec is not None or type(data) is not TensorDict or len(data.batch_size) != 1
+        try:
+            rows = data
+            if convert:  # not the fast path: data of another type than TensorDict rows [n]
+                rows, codec = data_types.to_rows(data, codec, storage.schema is None)
+            self._before_write()
+            # One lock around the write and the sampler's bookkeeping: a concurrent sample or
+            # priority update never sees rows its sampler has not been told about.
+            with storage.lock:
+                index = storage.extend(rows)
+                if convert:
+                    storage.codec = codec
+                self._sampler.on_extend(index, storage)
+        except RuntimeError as err:
+            clear = data_types.explain_write_error(data, err)
+            if clear is None:
+                raise
+            raise clear from err
         self._after_write()
         return index
 
-    def add(self, row: TensorDictBase) -> int:
-        """Write one row (batch ``[]``); return its slot."""
-        check_row(row)
-        return int(self.extend(row.unsqueeze(0))[0])
-
     # -- reading ---------------------------------------------------------------------------
 
-    def _resolve_batch_size(self, batch_size: int | None) -> int:
-        if batch_size is None:
-            if self._batch_size is None:
-                raise ValueError(
-                    "batch_size is needed: pass sample(batch_size) or set batch_size= at construction"
-                )
-            return self._batch_size
-        return check_batch_size(batch_size)
-
-    def draw(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """Row indices of a batch of ``n``, drawn by this buffer's sampler with ``generator``."""
-        if len(self._storage) == 0:
-            raise EmptyBufferError("cannot sample from an empty buffer: extend it with rows first")
-        return self.draw_unlocked(n, generator)
-
-    def draw_unlocked(self, n: int, generator: torch.Generator) -> torch.Tensor:
+    def _draw_exact(
+        self, n: int, generator: torch.Generator, index: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Exactly ``n`` row indices (caller holds the storage lock).
 
         A sampler that ends an epoch with a short chunk
-        (:class:`~mixreplay.SamplerWithoutReplacement`) is asked again for the rest.
+        (:class:`~mixreplay.SamplerWithoutReplacement`) is asked again for the rest;
+        for a sampler that draws distinct rows, the rows of the next epoch that the
+        short chunk already holds are passed over (and asked for again), so the ``n``
+        rows stay distinct (``n`` never exceeds the rows held: the mixing buffer checks).
         """
-        index = self._sampler.sample(self._storage, n, generator)
+        storage, sampler = self._storage, self._sampler
+        if index is None:
+            index = sampler.sample(storage, n, generator)
         while index.numel() < n:
-            index = torch.cat(
-                [index, self._sampler.sample(self._storage, n - index.numel(), generator)]
-            )
+            more = sampler.sample(storage, n - index.numel(), generator)
+            if not sampler.replacement:
+                more = more[~torch.isin(more, index)]
+            index = torch.cat([index, more])
         return index
 
-    def _sample_now(self, n: int, *, info: bool):
-        """Draw, gather and transform one batch: ``(batch, info or None)``."""
+    def draw(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Exactly ``n`` row indices, drawn by this buffer's sampler with ``generator``."""
+        with self._storage.lock:
+            if len(self._storage) == 0:
+                raise EmptyBufferError(EMPTY_MESSAGE)
+            return self._draw_exact(n, generator)
+
+    def draw_rows(self, n: int, generator: torch.Generator) -> tuple[TensorDictBase, torch.Tensor]:
+        """``n`` rows drawn with ``generator``, after this buffer's transforms, and their slots.
+
+        What a mixing buffer asks of a source: the draw and the gather hold this
+        buffer's lock; the transforms run after it is released.
+        """
+        with self._storage.lock:
+            index = self._draw_exact(n, generator)
+            rows = self._storage.gather_unlocked(index)
+        if self._transform:
+            rows = self._transform(rows)
+        return rows, index
+
+    def draw_into(self, n: int, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
+        """Draw ``n`` rows with ``generator`` and copy their packed words into ``out``.
+
+        The fast path of a mixing buffer: ``out`` is this source's part of a packed
+        batch (``[n, row_words]`` int64, see :class:`~mixreplay.layout.RowLayout`);
+        no transform runs. Returns the slots drawn.
+        """
+        storage = self._storage
+        with storage.lock:
+            index = self._sampler.sample(storage, n, generator)
+            if index.numel() != n:  # an epoch ended with a short chunk
+                index = self._draw_exact(n, generator, index)
+            storage.gather_into(index, out)
+        return index
+
+    def _sample_now(self, n: int, info: bool) -> Sampled:
+        """Draw, gather and transform one batch."""
         storage = self._storage
         with storage.lock:
             if len(storage) == 0:
-                raise EmptyBufferError(
-                    "cannot sample from an empty buffer: extend it with rows first"
-                )
+                raise EmptyBufferError(EMPTY_MESSAGE)
             index = self._sampler.sample(storage, n, self._generator)
             batch = storage.gather_unlocked(index)
             weight = self._sampler.weight(index, storage) if info else None
-        if self._transform:
-            batch = self._transform(batch)
-        if self._pin_memory:
-            batch = pin(batch)
+            extra = self._sampler.info(index, storage) if info else None
+            codec = storage.codec
+        if codec is not None:
+            batch = codec.decode(batch)
+        if self._collate_fn is not None:
+            batch = self._collate_fn(batch)
+        batch = self._finish(batch)
         if not info:
-            return batch, None
-        leaves = {"index": index} if weight is None else {"index": index, "weight": weight}
-        return batch, new_tensordict(leaves, torch.Size([index.numel()]))
-
-    def _next(self, batch_size: int | None, info: bool):
-        """``(batch, info, ran_out)``: from the prefetch queue when it holds this size."""
-        n = self._resolve_batch_size(batch_size)
-        prefetcher = self._prefetching()
-        if prefetcher is not None and n == self._batch_size:
-            result, ran_out = prefetcher.next()
-            drawn: TensorDictBase = result[0]  # type: ignore[index]
-            out: TensorDict | None = result[1]  # type: ignore[index]
-            return drawn, out, ran_out
-        if prefetcher is not None:
-            # Another size: the queued batches are undone, so the sequence stays that of a
-            # buffer without prefetching.
-            prefetcher.discard()
-        batch, out = self._sample_now(n, info=info)
-        return batch, out, self._ran_out()
+            return Sampled(batch, None)
+        leaves = {"index": index}
+        if weight is not None:  # "priority_weight": TorchRL's name for the same weights
+            leaves.update(weight=weight, priority_weight=weight)
+        out = new_tensordict(leaves, torch.Size([index.numel()]))
+        for key, value in (extra or {}).items():  # a sampler's own entries (TorchRL's slices)
+            out.set(key, value)
+        return Sampled(batch, out)
 
     def sample(self, batch_size: int | None = None, *, return_info: bool = False):
         """Draw a ``[batch_size]`` batch (new memory; writing to it changes nothing stored).
 
         With ``return_info=True`` returns ``(batch, info)``, ``info`` holding
-        ``"index"`` (slots sampled) and ``"weight"`` when the sampler has weights.
+        ``"index"`` (slots sampled), ``"weight"`` (and TorchRL's name for it,
+        ``"priority_weight"``) when the sampler has weights, and a sampler's own
+        entries (TorchRL's slice entries, see :class:`~mixreplay.SliceSampler`).
         With ``prefetch``, the batch comes from the prefetch thread (see :mod:`mixreplay.prefetch`).
         """
-        batch, info, _ = self._next(batch_size, return_info)
-        return (batch, info) if return_info else batch
+        drawn, _ = self._draw(batch_size, return_info)
+        return (drawn.batch, drawn.info) if return_info else drawn.batch
 
     def __iter__(self):
         """Sampled batches of ``batch_size``: endless, or one epoch for a sampler that has them."""
@@ -334,14 +428,54 @@ class ReplayBuffer(BufferBase):
                 "batches, so set batch_size= at construction (or call sample(n) in a loop)"
             )
         while True:
-            batch, _, ran_out = self._next(None, False)
-            yield batch
+            drawn, ran_out = self._draw(None, False)
+            yield drawn.batch
             if ran_out:
                 return
 
-    def __getitem__(self, index) -> TensorDictBase:
-        """Rows by slot: ``rb[3]``, ``rb[:10]``, ``rb[tensor]``."""
-        return self._storage[index]
+    def __getitem__(self, index: Any) -> Any:
+        """Rows by slot, as ``sample`` gives them (TorchRL's ``rb[index]``).
+
+        ``rb[3]``, ``rb[:10]``, ``rb[tensor]``: rows of the stored type, through
+        ``collate_fn`` (all but an int index) and the transforms; ``rb["key"]`` is
+        ``rb[:]["key"]``.
+        """
+        if isinstance(index, str) or (
+            isinstance(index, tuple) and index and isinstance(index[0], str)
+        ):
+            return self[:][index]
+        if isinstance(index, tuple) and len(index) == 1:
+            index = index[0]
+        data = self._storage[index]
+        if self._collate_fn is not None and not isinstance(index, int):
+            data = self._collate_fn(data)
+        if self._transform:
+            data = self._transform(data)
+        return data
+
+    def append_transform(  # type: ignore[override]  # returns the buffer, as TorchRL's
+        self, transform: Transform, *, invert: bool = False
+    ) -> ReplayBuffer:
+        """Apply ``transform`` to sampled batches, after the transforms already attached.
+
+        A TorchRL ``Transform``'s inverse also runs on writes (``extend``/``add``; see
+        :mod:`mixreplay.transforms`). With ``invert=True`` it runs the other way round:
+        its forward pass on writes, its inverse (none for a plain function) on reads.
+        Returns the buffer, as TorchRL's does.
+        """
+        _eval(transform)
+        super().append_transform(Inverted(transform) if check_bool(invert, "invert") else transform)
+        return self
+
+    def insert_transform(  # type: ignore[override]  # returns the buffer, as TorchRL's
+        self, index: int, transform: Transform, *, invert: bool = False
+    ) -> ReplayBuffer:
+        """Insert ``transform`` at position ``index`` (see :meth:`append_transform`)."""
+        _eval(transform)
+        super().insert_transform(
+            index, Inverted(transform) if check_bool(invert, "invert") else transform
+        )
+        return self
 
     def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:
         """Set the priorities of rows ``index`` (needs a prioritized sampler)."""
@@ -396,12 +530,7 @@ class ReplayBuffer(BufferBase):
         the sampler state only if the row count matches.
         """
         name = type(self).__name__
-        if not isinstance(state, dict):
-            raise CheckpointError(f"a {name} state is a dict, got {type(state).__name__}")
-        if state.get("kind") != name:
-            raise CheckpointError(
-                f"the state holds a {state.get('kind')}, not a {name}; load it into a {state.get('kind')}"
-            )
+        state = self._check_kind(state)
         plans: list[Plan] = []
         storage = self._storage
         saved = state.get("storage")

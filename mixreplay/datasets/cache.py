@@ -15,19 +15,28 @@ the cache root; later loads only ``stat`` the source files and map the cache.
 - Fingerprint: the sizes and modification times of the source files, the same
   options and the converter version. It is stored in the entry's metadata; a
   mismatch (the source changed) converts again. A damaged entry (unreadable
-  metadata, a missing or truncated file, bad episode starts) is logged and
-  converted again.
+  metadata, a missing or truncated file, bad episode starts, bytes whose CRC-32
+  changed) is logged and converted again.
+- Bytes: the mapped files are read in full and CRC-checked when their size, mtime,
+  ctime or inode differ from the verification record kept beside the entry, and
+  only then (see :mod:`~mixreplay.datasets.integrity`); :func:`verify_cache`
+  (``mixreplay cache verify``) reads every file whatever the record says.
+- Links: the cache writes, replaces and deletes only inside its own directory and
+  never through a symbolic link. An entry that is a link is served when current and
+  sound; when it must be converted, loading raises a ``DatasetError``.
 
-A cache hit writes nothing but the entry's "last used" time (best effort), so a
-cache on a read-only filesystem serves its current entries. A converting process
-holds a lock file beside the entry (on POSIX), so two processes that load the
-same new dataset convert it once. :func:`list_cache` and :func:`clean_cache`
-(``mixreplay cache list|clean``) show and free the cache, entry by entry.
+A cache hit writes nothing but the entry's "last used" time and its verification
+record (best effort), so a cache on a read-only filesystem serves its current
+entries. A converting process holds a lock file beside the entry (on POSIX), so
+two processes that load the same new dataset convert it once. :func:`list_cache`,
+:func:`clean_cache` and :func:`verify_cache` (``mixreplay cache list|clean|verify``)
+show, free and check the cache, entry by entry.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import logging
 import os
@@ -40,9 +49,21 @@ from pathlib import Path
 from typing import Any
 
 from mixreplay.buffers.offline import OfflineDataset
-from mixreplay.datasets.memmap import FORMAT, load_memmap, read_metadata, write_memmap_dataset
+from mixreplay.datasets import integrity
+from mixreplay.datasets.integrity import record_path  # noqa: F401  (re-exported)
+from mixreplay.datasets.memmap import (
+    EPISODES,
+    FORMAT,
+    NEXT_ROWS,
+    NEXT_SLOTS,
+    ROWS,
+    open_dataset,
+    read_metadata,
+    write_memmap_dataset,
+)
 from mixreplay.datasets.source import CONVERTER_VERSION, Source, digest
-from mixreplay.errors import DatasetError
+from mixreplay.errors import DatasetError, DatasetNotFoundError
+from mixreplay.persist.atomic import destination
 
 __all__ = [
     "CacheEntry",
@@ -53,6 +74,8 @@ __all__ = [
     "list_cache",
     "load_cached",
     "older_than",
+    "record_path",
+    "verify_cache",
 ]
 
 log = logging.getLogger(__name__)
@@ -60,7 +83,7 @@ log = logging.getLogger(__name__)
 Progress = Callable[[int], None]
 
 #: the files a cache entry holds (a damaged entry holds a subset of them)
-_ENTRY_FILES = frozenset({"metadata.json", "rows.bin", "episodes.bin"})
+_ENTRY_FILES = frozenset({"metadata.json", ROWS, EPISODES, NEXT_SLOTS, NEXT_ROWS})
 _ENTRY_NAME = re.compile(r".+-[0-9a-f]{16}")
 
 
@@ -82,26 +105,68 @@ def _lock_file(path: Path) -> Path:
     return path.parent / f".{path.name}.lock"
 
 
+def _in_the_way(directory: Path) -> Path | None:
+    """The first component of ``directory`` that exists and is not a directory, if any."""
+    for p in [*reversed(directory.parents), directory]:
+        try:
+            if p.exists() and not p.is_dir():
+                return p
+        except OSError:  # a name too long, a directory that cannot be searched
+            return None
+    return None
+
+
+def _cache_error(where: Path, err: OSError, doing: str) -> DatasetError:
+    """A filesystem error of the cache as one line naming the path and what to do."""
+    fix = "set MIXREPLAY_DATA_DIR or pass cache_dir= to a writable directory"
+    if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return DatasetError(
+            f"cannot {doing} the dataset cache at {where}: {err.strerror} "
+            f"(the cache is read-only); {fix}"
+        )
+    blocker = _in_the_way(where)
+    if err.errno in (errno.ENOTDIR, errno.EEXIST) and blocker is not None:
+        return DatasetError(
+            f"cannot {doing} the dataset cache at {where}: {blocker} is a file, not a "
+            f"directory; remove it, or {fix}"
+        )
+    return DatasetError(f"cannot {doing} the dataset cache at {where}: {err.strerror or err}")
+
+
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold the entry's lock (POSIX ``flock``): one converting process per entry."""
+def _locked(path: Path, *, required: bool = True) -> Iterator[None]:
+    """Hold the entry's lock (POSIX ``flock``): one converting process per entry.
+
+    The lock file is opened without following a link (the cache writes nothing through
+    one). With ``required=False`` (a check that writes nothing), a lock that cannot be
+    taken (a read-only cache) is done without.
+    """
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows: no cross-process lock
         yield
         return
+    lock = _lock_file(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(_lock_file(path), "a")  # noqa: SIM115 - closed below
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(lock, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
     except OSError as err:
-        if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        if not required:
+            yield
+            return
+        if lock.is_symlink() or err.errno == errno.ELOOP:
             raise DatasetError(
-                f"cannot convert into the dataset cache at {path.parent}: {err.strerror} "
-                "(the cache is read-only); set MIXREPLAY_DATA_DIR or pass cache_dir= to a "
-                "writable directory"
+                f"the cache's lock file {lock} is a symbolic link; the cache writes nothing "
+                "through a link: remove it (what it points to is left as it is)"
             ) from None
-        raise
-    with f:
+        if lock.is_dir():
+            raise DatasetError(
+                f"the cache's lock file {lock} is a directory; remove it, or set "
+                "MIXREPLAY_DATA_DIR or pass cache_dir= to another directory"
+            ) from None
+        raise _cache_error(path.parent, err, "convert into") from None
+    with os.fdopen(fd, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -194,33 +259,66 @@ class _ProgressLog:
             self.progress(rows)
 
 
-def _open_current(path: Path, fingerprint: str, dataset_kwargs: dict[str, Any]) -> Any:
-    """The cached dataset if ``path`` holds a sound entry of this fingerprint, else None.
-
-    Writes nothing (a cache on a read-only filesystem serves its current entries);
-    a damaged entry is logged, to be converted again.
-    """
+def _identity(path: Path) -> tuple[int, int] | None:
+    """What tells whether the entry at ``path`` was replaced (its metadata file's inode and mtime)."""
     try:
-        meta = read_metadata(path)
-    except DatasetError as err:
-        if path.exists():
-            log.warning("cached dataset at %s is damaged (%s); converting it again", path, err)
+        st = (destination(path) / "metadata.json").stat()
+    except OSError:
         return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _open_current(
+    path: Path, fingerprint: str, dataset_kwargs: dict[str, Any]
+) -> tuple[OfflineDataset | None, str]:
+    """``(the cached dataset, "")`` if ``path`` holds a sound entry of this fingerprint,
+    else ``(None, why not)``.
+
+    Writes nothing but the entry's "last used" time and its verification record, both
+    best effort (a cache on a read-only filesystem serves its current entries), and
+    nothing at all through a link. A damaged entry is logged, to be converted again.
+    """
+    link = path.is_symlink()
+    try:
+        meta = read_metadata(path, recover_swap=not link)
+    except DatasetNotFoundError:
+        return None, "it points to nothing" if link else "absent"
+    except DatasetError as err:
+        if not link:
+            log.warning("cached dataset at %s is damaged (%s); converting it again", path, err)
+        return None, f"damaged: {err}"
     if meta.get("source_fingerprint") != fingerprint:
         log.info(
             "source of %s changed since it was cached at %s; converting again",
             meta.get("source_id"),
             path,
         )
-        return None
+        return None, "its source changed"
+    where = destination(path)
     try:
-        ds = load_memmap(path, **dataset_kwargs)
+        ds = open_dataset(where, meta, **dataset_kwargs)
+        integrity.check_entry(path, where, meta)
     except DatasetError as err:
-        log.warning("cached dataset at %s is damaged (%s); converting it again", path, err)
-        return None
+        if not link:
+            log.warning("cached dataset at %s is damaged (%s); converting it again", path, err)
+        return None, f"damaged: {err}"
     with contextlib.suppress(OSError):  # "last used", for mixreplay cache list|clean
-        os.utime(path)
-    return ds
+        if not link:
+            os.utime(path)
+        elif os.utime in os.supports_follow_symlinks:  # the link's own time, not its target's
+            os.utime(path, follow_symlinks=False)
+    return ds, ""
+
+
+def _refuse_link(path: Path, reason: str) -> None:
+    """Raise if the entry at ``path`` is a link: the cache never writes through one."""
+    if path.is_symlink():
+        raise DatasetError(
+            f"the cache entry {path} is a symbolic link (to {os.readlink(path)}) and would "
+            f"have to be converted again ({reason}); the cache never writes, replaces or "
+            "deletes anything through a link: remove the link (what it points to is left as "
+            "it is) and load again"
+        )
 
 
 def _clear_damaged(path: Path) -> None:
@@ -230,7 +328,7 @@ def _clear_damaged(path: Path) -> None:
     entry whose metadata is unreadable is removed here, but only if it holds nothing
     but the files of an entry (anything else at a cache path is left alone).
     """
-    if not path.is_dir() or FORMAT.owns(path):
+    if path.is_symlink() or not path.is_dir() or FORMAT.owns(path):
         return
     children = list(path.iterdir())
     if not children:
@@ -265,23 +363,38 @@ def load_cached(
 
     Raises:
         DatasetError: the entry must be (re)converted and the cache is read-only, or
-            the source cannot be read.
+            the entry is a symbolic link, or the source cannot be read.
     """
     path = cache_path(source, cache_dir)
     fingerprint = source.fingerprint()
+    reason = "refresh=True"
+    seen = None
     if not refresh:
-        ds = _open_current(path, fingerprint, dataset_kwargs)
+        try:
+            seen = _identity(path)
+            ds, reason = _open_current(path, fingerprint, dataset_kwargs)
+        except OSError as err:  # a path the filesystem refuses (too long, not searchable)
+            raise _cache_error(path.parent, err, "read") from None
         if ds is not None:
             log.debug("opened %s from the cache at %s", source.source_id, path)
             return ds
     with _locked(path):
-        if not refresh:  # another process may have converted it while we waited
-            ds = _open_current(path, fingerprint, dataset_kwargs)
+        # another process may have converted it while we waited: look again if so
+        if not refresh and _identity(path) != seen:
+            ds, reason = _open_current(path, fingerprint, dataset_kwargs)
             if ds is not None:
                 return ds
-        _clear_damaged(path)
+        _refuse_link(path, reason)
+        try:
+            _clear_damaged(path)
+        except OSError as err:
+            raise _cache_error(path, err, "clear the damaged entry of") from None
+        integrity.forget(path)
+        started = time.time_ns()
         convert(source, path, overwrite=True, progress=progress, fingerprint=fingerprint)
-    return load_memmap(path, **dataset_kwargs)
+        meta = read_metadata(path)
+        integrity.record_written(path, meta, started)  # CRC-32s computed as the rows were written
+        return open_dataset(path, meta, **dataset_kwargs)
 
 
 # -- seeing and freeing the cache ------------------------------------------------------------
@@ -420,9 +533,49 @@ def clean_cache(
             continue
         with _locked(entry.path):
             shutil.rmtree(entry.path, ignore_errors=True)
+            integrity.forget(entry.path)
         _lock_file(entry.path).unlink(missing_ok=True)
         log.info("removed the cache entry %s (%s)", entry.path, entry.source_id)
     return removed
+
+
+def verify_cache(
+    root: str | os.PathLike[str] | None = None,
+    *,
+    select: Callable[[CacheEntry], bool] | None = None,
+) -> list[CacheEntry]:
+    """Read every file of the entries ``select`` picks (all when None) and check it.
+
+    Unlike an open, which trusts a mapped file whose size, mtime, ctime and inode are
+    those recorded when its CRC-32 was last checked, this reads every byte: it finds
+    damage that leaves a file's stat as it was (bits rotting on the disk). A sound
+    entry's record is renewed; a damaged one's is dropped, so that the next load
+    converts it again.
+
+    Returns:
+        The entries checked, each with ``damaged`` set to what is wrong, or None.
+    """
+    out = []
+    for entry in list_cache(root):
+        if select is not None and not select(entry):
+            continue
+        if entry.damaged is None:
+            entry = dataclasses.replace(entry, damaged=_verify(entry.path))
+        if entry.damaged is not None:
+            log.info("the cache entry %s is damaged: %s", entry.path, entry.damaged)
+        out.append(entry)
+    return out
+
+
+def _verify(path: Path) -> str | None:
+    with _locked(path, required=False):  # not while a conversion replaces it
+        try:
+            meta = read_metadata(path)
+            open_dataset(path, meta)  # sizes, episode starts, the small files' CRC-32
+            integrity.verify_entry(path, path, meta)
+        except DatasetError as err:
+            return str(err)
+    return None
 
 
 def older_than(days: float, now: float | None = None) -> Callable[[CacheEntry], bool]:

@@ -145,15 +145,107 @@ def check_d4rl_file(path: Path) -> None:
     """Raise :class:`DatasetError` unless ``path`` is an HDF5 file holding D4RL's arrays."""
     h5py = _h5py()
     try:
-        with h5py.File(path, "r") as f:
-            missing = [k for k in REQUIRED if k not in f]
-            n = f["observations"].shape[0] if "observations" in f else 0
+        f = h5py.File(path, "r")
     except OSError as err:
         raise DatasetError(f"not a readable HDF5 file: {err}") from None
+    with f:
+        check_layout(f, "the file", keep_infos=False)
+
+
+def _member(f: Any, key: str, subject: str) -> Any:
+    """``f[key]`` as an array (an h5py Dataset), or a DatasetError saying what it is instead."""
+    import h5py
+
+    link = f.get(key, getlink=True)
+    try:
+        item = f[key]
+    except (KeyError, OSError, RuntimeError) as err:
+        if isinstance(link, h5py.SoftLink):
+            raise DatasetError(
+                f"{subject} is not in the D4RL layout: {key!r} is a link to nothing ({link.path})"
+            ) from None
+        raise DatasetError(
+            f"{subject} is not in the D4RL layout: {key!r} cannot be read ({err})"
+        ) from None
+    if isinstance(item, h5py.Group):
+        raise DatasetError(
+            f"{subject} is not in the D4RL layout: {key!r} is an HDF5 group, not an array "
+            f"(it holds [{', '.join(repr(k) for k in item.keys())}])"
+        )
+    if not isinstance(item, h5py.Dataset):
+        raise DatasetError(
+            f"{subject} is not in the D4RL layout: {key!r} is a {type(item).__name__}, not an array"
+        )
+    if item.ndim == 0:
+        raise DatasetError(
+            f"{subject} is not in the D4RL layout: {key!r} is a scalar, not an array with one "
+            "entry per row"
+        )
+    if item.dtype.kind not in "biuf":
+        raise DatasetError(
+            f"{subject} is not in the D4RL layout: {key!r} holds {item.dtype.str} values, not "
+            "numbers or booleans"
+        )
+    return item
+
+
+def check_layout(f: Any, subject: str, *, keep_infos: bool) -> int:
+    """The row count of an open D4RL file, after checking its layout.
+
+    Every required key is a numeric array with one entry per row; ``rewards``,
+    ``terminals`` and ``timeouts`` hold one value per row (``[N]`` or ``[N, 1]``);
+    ``next_observations``, when present, has the shape of ``observations``; with
+    ``keep_infos``, ``infos`` is a group of such arrays.
+
+    Raises:
+        DatasetError: naming ``subject`` (the file), the key and what is wrong.
+    """
+    missing = [k for k in REQUIRED if k not in f and f.get(k, getlink=True) is None]
     if missing:
-        raise DatasetError(f"not in the D4RL layout: no {', '.join(missing)}")
+        raise DatasetError(
+            f"{subject} is not in the D4RL layout: key {missing[0]!r} not found in a file with keys "
+            f"[{', '.join(repr(k) for k in f.keys())}]; a D4RL file holds "
+            f"{', '.join(REQUIRED)} (and optionally next_observations, infos/*)"
+        )
+    arrays = {k: _member(f, k, subject) for k in REQUIRED}
+    n = arrays["observations"].shape[0]
+    for key in ("rewards", "terminals", "timeouts"):
+        shape = list(arrays[key].shape)
+        if shape[1:] not in ([], [1]):
+            raise DatasetError(
+                f"{subject} is not in the D4RL layout: {key!r} has shape {shape}; expected "
+                f"[{shape[0]}] or [{shape[0]}, 1] (one value per row)"
+            )
+    if "next_observations" in f or f.get("next_observations", getlink=True) is not None:
+        nxt = _member(f, "next_observations", subject)
+        if nxt.shape != arrays["observations"].shape:
+            raise DatasetError(
+                f"{subject} is not in the D4RL layout: 'next_observations' has shape "
+                f"{list(nxt.shape)}; expected that of observations, "
+                f"{list(arrays['observations'].shape)}"
+            )
+        arrays["next_observations"] = nxt
+    sizes = {k: a.shape[0] for k, a in arrays.items()}
+    if keep_infos and "infos" in f:
+        import h5py
+
+        if not isinstance(f["infos"], h5py.Group):
+            raise DatasetError(
+                f"{subject} is not in the D4RL layout: 'infos' is an array, not a group of "
+                "arrays; load without keep_infos"
+            )
+        sizes.update(
+            {"/".join(k): d.shape[0] for k, d in _datasets(f["infos"], ("infos",)).items()}
+        )
+    bad = {k: v for k, v in sizes.items() if v != n}
+    if bad:
+        raise DatasetError(
+            f"{subject}: every array must have one entry per row ({n} observations), but "
+            + ", ".join(f"{k} has {v}" for k, v in bad.items())
+        )
     if n == 0:
-        raise DatasetError("it holds no rows")
+        raise DatasetError(f"{subject} holds no rows")
+    return n
 
 
 def _h5py():
@@ -324,38 +416,30 @@ class D4RLSource(Source):
             raise DatasetError(f"{self.path} is not a readable HDF5 file: {err}") from err
 
     def _check(self, f) -> int:
-        missing = [k for k in REQUIRED if k not in f]
-        if missing:
-            raise DatasetError(
-                f"{self.path} is not in the D4RL layout: key {missing[0]!r} not found in a file with keys "
-                f"[{', '.join(repr(k) for k in f.keys())}]; a D4RL file holds "
-                f"{', '.join(REQUIRED)} (and optionally next_observations, infos/*)"
-            )
-        n = f["observations"].shape[0]
-        sizes = {k: f[k].shape[0] for k in (*REQUIRED, "next_observations") if k in f}
-        if self.keep_infos and "infos" in f:
-            sizes.update(
-                {"/".join(k): d.shape[0] for k, d in _datasets(f["infos"], ("infos",)).items()}
-            )
-        bad = {k: v for k, v in sizes.items() if v != n}
-        if bad:
-            raise DatasetError(
-                f"{self.path}: every array must have one entry per row ({n} observations), but "
-                + ", ".join(f"{k} has {v}" for k, v in bad.items())
-            )
-        if n == 0:
-            raise DatasetError(f"{self.path} holds no rows")
-        return n
+        return check_layout(f, str(self.path), keep_infos=self.keep_infos)
 
     def rows_hint(self) -> int | None:
         with self._open() as f:
-            return int(f["observations"].shape[0]) if "observations" in f else None
+            try:
+                return int(f["observations"].shape[0])
+            except (KeyError, AttributeError, IndexError, TypeError, OSError):
+                return None  # read() says what is wrong
+
+    def _damaged(self, err: BaseException, key: str | None = None) -> DatasetError:
+        what = f" reading {key!r}" if key else ""
+        return DatasetError(
+            f"{self.path} cannot be read ({type(err).__name__}{what}: {err}); the file is damaged: "
+            "restore it, or download it again (download='force')"
+        )
 
     def read(self) -> tuple[Iterator[TensorDict], list[int], dict]:
         with self._open() as f:
             n = self._check(f)
-            terminals = np.asarray(f["terminals"][:]).astype(bool).reshape(n)
-            timeouts = np.asarray(f["timeouts"][:]).astype(bool).reshape(n)
+            try:
+                terminals = np.asarray(f["terminals"][:]).astype(bool).reshape(n)
+                timeouts = np.asarray(f["timeouts"][:]).astype(bool).reshape(n)
+            except OSError as err:
+                raise self._damaged(err, "terminals/timeouts") from None
             derive = "next_observations" not in f
         plan = _Plan(terminals, timeouts, derive_next=derive)
         if plan.rows == 0:
@@ -376,6 +460,12 @@ class D4RLSource(Source):
         return self._chunks(plan, n), plan.starts, info
 
     def _chunks(self, plan: _Plan, n: int) -> Iterator[TensorDict]:
+        def rows(key: str, a: int, b: int) -> np.ndarray:
+            try:
+                return np.asarray(f[key][a:b])
+            except OSError as err:  # h5py: a chunk that cannot be read or decoded
+                raise self._damaged(err, key) from None
+
         with self._open() as f:
             infos = _datasets(f["infos"], ("info",)) if self.keep_infos and "infos" in f else {}
             for a in range(0, n, CHUNK_ROWS):
@@ -384,9 +474,9 @@ class D4RLSource(Source):
                 m = int(keep.sum())
                 if m == 0:
                     continue
-                obs = np.asarray(f["observations"][a : min(n, b + 1)])
+                obs = rows("observations", a, min(n, b + 1))
                 if plan.has_next is None:
-                    nxt = np.asarray(f["next_observations"][a:b])
+                    nxt = rows("next_observations", a, b)
                 else:
                     nxt = np.zeros((b - a,) + obs.shape[1:], dtype=obs.dtype)
                     has = plan.has_next[a:b]
@@ -394,14 +484,14 @@ class D4RLSource(Source):
                     if succ.shape[0] < b - a:  # the file's last row: never has a successor
                         has = has[: succ.shape[0]]
                     nxt[: has.shape[0]][has] = succ[has]
-                rewards = np.asarray(f["rewards"][a:b])
+                rewards = rows("rewards", a, b)
                 rewards = rewards.reshape(b - a, 1) if rewards.ndim == 1 else rewards
                 terminated = plan.terminated[a:b].reshape(-1, 1)
                 truncated = plan.truncated[a:b].reshape(-1, 1)
                 live = np.zeros((b - a, 1), dtype=bool)
                 leaves = {
                     ("observation",): obs[: b - a],
-                    ("action",): np.asarray(f["actions"][a:b]),
+                    ("action",): rows("actions", a, b),
                     ("done",): live,
                     ("terminated",): live,
                     ("truncated",): live,
@@ -412,7 +502,7 @@ class D4RLSource(Source):
                     ("next", "truncated"): truncated,
                 }
                 for key, d in infos.items():
-                    value = np.asarray(d[a:b])
+                    value = rows(d.name, a, b)
                     if value.dtype.kind not in "biuf":
                         raise DatasetError(
                             f"{self.path}: infos/{'/'.join(key[1:])} holds {value.dtype} values, not "

@@ -13,23 +13,38 @@ a partial file under the real name. What it checks:
 
 A connection that drops mid-file is resumed (``Range: bytes=<have>-``, with
 ``If-Range`` so that a file that changed on the server meanwhile restarts from
-zero); after ``retries`` attempts the partial file is kept and the next call
-resumes where this one stopped. A lock file serializes processes that download
-the same file. Progress is logged at INFO (every 10 %) and reported to an
-optional callback: ``progress(nbytes)`` per chunk, plus ``progress.set_total(n)``
-when the callback has it (the command line shows a tqdm bar this way).
+zero); a resumed response must also announce the total size the first one did
+(``Content-Range``) and, when the server sends one, the same validator (``ETag``,
+else ``Last-Modified``); otherwise (a server that ignores ``If-Range``, or sends no
+validator) the partial file is dropped and the download starts over, so two
+versions of a file are never spliced. With neither a validator nor a change of
+size a resume cannot tell; the digests above are what catch that.
+
+An attempt fails when no byte arrives for ``timeout`` seconds, or fewer than
+:data:`STALL_BYTES` do (a connection that drips a byte at a time). The body is
+streamed to disk as it arrives (bounded memory); a file larger than the free space
+is refused before a byte is written, and a write that fails (a full disk) ends the
+download at once, keeping what was written. After ``retries`` attempts the partial
+file is kept and the next call resumes where this one stopped. The partial and
+state files are never followed through a link. A lock file serializes processes
+that download the same file. Progress is logged at INFO (every 10 %) and reported
+to an optional callback: ``progress(nbytes)`` per chunk, plus
+``progress.set_total(n)`` when the callback has it (the command line shows a tqdm
+bar this way).
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import hashlib
 import http.client
 import json
 import logging
 import os
 import re
+import shutil
 import time
 import urllib.error
 import urllib.request
@@ -47,6 +62,8 @@ log = logging.getLogger(__name__)
 CHUNK_BYTES = 1 << 20
 #: seconds to wait before retrying an attempt that made no progress (doubles each time)
 RETRY_DELAY_S = 1.0
+#: an attempt that receives fewer bytes than this in ``timeout`` seconds has stalled
+STALL_BYTES = 1024
 
 _CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)")
 
@@ -66,7 +83,15 @@ def _lock(dest: Path) -> Iterator[None]:
     except ImportError:  # pragma: no cover - Windows: no cross-process lock
         yield
         return
-    with open(dest.with_name(f".{dest.name}.lock"), "a") as f:
+    lock = dest.with_name(f".{dest.name}.lock")
+    try:
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as err:
+        raise DatasetError(
+            f"cannot take the download lock {lock}: {err.strerror}"
+            + (" (it is a symbolic link: remove it)" if lock.is_symlink() else "")
+        ) from None
+    with os.fdopen(fd, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -161,14 +186,16 @@ def download(
         sha256: the expected SHA-256 of the whole file, as hex.
         check: called with the complete temporary file; raises to reject it.
         progress: called with the byte count of each chunk received.
-        retries: attempts before giving up (a resumed attempt counts as one).
-        timeout: seconds without data before an attempt fails.
+        retries: attempts before giving up (a resumed attempt counts as one; starting
+            over because the file changed on the server does not).
+        timeout: seconds without data (or with fewer than :data:`STALL_BYTES`) before
+            an attempt fails.
 
     Raises:
         DatasetError: the server refused (HTTP 4xx), or the download failed after
-            ``retries`` attempts (the partial file is kept: call again to resume),
-            or the file is not the one expected (wrong size, digest or content; it
-            is deleted).
+            ``retries`` attempts or could not be written (the partial file is kept:
+            call again to resume), or it cannot fit in the free space, or the file is
+            not the one expected (wrong size, digest or content; it is deleted).
     """
     if not url.startswith(("http://", "https://")):
         raise DatasetError(f"cannot download {url!r}: only http:// and https:// URLs are fetched")
@@ -181,6 +208,17 @@ def download(
         return _download(url, dest, sha256, check, _Report(url, progress), retries, timeout)
 
 
+class _Changed(Exception):
+    """The file on the server is not the one the partial download holds a part of."""
+
+
+def _unlink_if_link(path: Path) -> None:
+    """A link where a download keeps its own files is removed, never followed."""
+    if path.is_symlink():
+        log.warning("%s is a symbolic link; removing it (its target is left as it is)", path)
+        path.unlink()
+
+
 def _download(
     url: str,
     dest: Path,
@@ -191,42 +229,52 @@ def _download(
     timeout: float,
 ) -> Path:
     part = _part(dest)
+    for own in (part, _state_file(dest)):
+        _unlink_if_link(own)
     state = _load_state(dest, url)
     if not state and part.exists():  # a partial file of another URL, or of unknown origin
         part.unlink()
     last_error = ""
     delay = RETRY_DELAY_S
     announced: dict[str, str] = {}
-    for attempt in range(1, retries + 1):
+    attempt = 0
+    while attempt < retries:
+        attempt += 1
         have = part.stat().st_size if part.exists() else 0
         before = have
         headers = {"User-Agent": "mixreplay", "Accept-Encoding": "identity"}
         if have:
             headers["Range"] = f"bytes={have}-"
-            if state.get("validator"):
-                headers["If-Range"] = state["validator"]
+            validator = state.get("validator")
+            if validator and not validator.startswith("W/"):  # If-Range takes strong ones only
+                headers["If-Range"] = validator
         try:
             with urllib.request.urlopen(  # noqa: S310 - the scheme is checked above
                 urllib.request.Request(url, headers=headers), timeout=timeout
             ) as resp:
                 total, have = _start(resp, url, part, have, state, report)
+                if have == 0:  # the whole file: digests announced for another copy are void
+                    announced.clear()
                 announced.update(_digests(resp.headers))
                 _save_state(dest, {**state, "url": url, "size": total})
-                with open(part, "ab") as f:
-                    while True:
-                        chunk = resp.read(CHUNK_BYTES)
-                        if not chunk:
-                            break
-                        f.write(chunk)
-                        report(len(chunk))
-                    f.flush()
-                    os.fsync(f.fileno())
+                _check_space(url, part, have, total)
+                _receive(resp, url, part, report, timeout)
+        except _Changed as err:
+            log.warning("%s changed on the server since %s: starting over from byte 0", url, err)
+            _discard(dest)
+            state = {}
+            announced.clear()
+            report.restart()
+            attempt -= 1  # not a failure; the next request asks for the whole file
+            continue
         except urllib.error.HTTPError as err:
             if err.code == 416:  # nothing left to send: complete, or our partial file is wrong
                 total = _range_total(err.headers.get("Content-Range"))
-                if total is not None and part.exists() and part.stat().st_size == total:
+                size = part.stat().st_size if part.exists() else 0
+                if total is not None and size == total and state.get("size") in (None, total):
                     return _finish(url, dest, part, total, sha256, announced, check)
-                part.unlink(missing_ok=True)
+                _discard(dest)
+                state = {}
                 last_error = "the server refused the range of the partial file; restarting"
                 continue
             if 400 <= err.code < 500:
@@ -236,13 +284,14 @@ def _download(
                 ) from None
             last_error = f"HTTP {err.code} {err.reason}"
         except (OSError, http.client.HTTPException) as err:  # refused, reset, timed out, cut
-            last_error = f"{type(err).__name__}: {err}"
+            last_error = _describe(err, timeout)
         else:
             size = part.stat().st_size
             if total is None or size == total:
                 return _finish(url, dest, part, size, sha256, announced, check)
             if size > total:
-                part.unlink()
+                _discard(dest)
+                state = {}
                 last_error = f"received {size:,} bytes, more than the {total:,} announced"
                 continue
             last_error = f"the connection closed after {size:,} of {total:,} bytes"
@@ -260,6 +309,75 @@ def _download(
         f"download of {url} failed after {retries} attempts ({last_error}); {have:,}{of} bytes "
         f"are kept in {part}: run again to resume"
     )
+
+
+def _describe(err: BaseException, timeout: float) -> str:
+    """What went wrong with an attempt, in words (a timeout says how long it waited)."""
+    reason = err.reason if isinstance(err, urllib.error.URLError) else err
+    if isinstance(reason, TimeoutError):
+        text = str(reason)
+        return text if text.startswith("stalled") else f"no data for {timeout:g} s (timeout)"
+    return f"{type(err).__name__}: {err}"
+
+
+def _check_space(url: str, part: Path, have: int, total: int | None) -> None:
+    """Refuse at once a file that cannot fit, rather than fail when the disk is full."""
+    if total is None:
+        return
+    try:
+        free = shutil.disk_usage(part.parent).free
+    except OSError:
+        return
+    if total - have > free:
+        raise DatasetError(
+            f"cannot download {url}: it needs {total - have:,} more bytes and {part.parent} has "
+            f"{free:,} free; free some space (or set D4RL_DATASET_DIR to another disk) and run "
+            "again"
+        )
+
+
+def _receive(
+    resp: http.client.HTTPResponse, url: str, part: Path, report: _Report, timeout: float
+) -> None:
+    """Append the response body to ``part`` as it arrives (bounded memory).
+
+    Raises ``TimeoutError`` when fewer than :data:`STALL_BYTES` arrive in ``timeout``
+    seconds (a connection that drips a byte at a time never hits the socket's own
+    timeout), and :class:`DatasetError` when the file cannot be written (a full disk:
+    retrying would not help).
+    """
+    window_start, window_bytes = time.monotonic(), 0
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    with os.fdopen(fd, "ab") as f:
+        try:
+            while True:
+                chunk = resp.read1(CHUNK_BYTES)  # what has arrived, at most CHUNK_BYTES
+                if not chunk:
+                    break
+                f.write(chunk)
+                report(len(chunk))
+                window_bytes += len(chunk)
+                now = time.monotonic()
+                if now - window_start >= timeout:
+                    if window_bytes < STALL_BYTES:
+                        raise TimeoutError(
+                            f"stalled: {window_bytes:,} bytes in the last {now - window_start:.1f} "
+                            f"s, fewer than {STALL_BYTES:,} per {timeout:g} s (timeout={timeout:g})"
+                        )
+                    window_start, window_bytes = now, 0
+            f.flush()
+            os.fsync(f.fileno())
+        except OSError as err:
+            if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO):
+                with contextlib.suppress(OSError):
+                    f.close()
+                have = part.stat().st_size if part.exists() else 0
+                raise DatasetError(
+                    f"cannot download {url}: writing {part} failed ({err.strerror}); {have:,} "
+                    "bytes are kept there: free space (or set D4RL_DATASET_DIR elsewhere) and "
+                    "run again to resume"
+                ) from None
+            raise
 
 
 def _range_total(value: str | None) -> int | None:
@@ -285,6 +403,8 @@ def _start(
                 f"{resp.headers.get('Content-Range')!r}"
             )
         total = None if m.group(3) == "*" else int(m.group(3))
+        if have:
+            _same_file(state, total, validator)
         log.info("resuming the download of %s at byte %s", url, f"{have:,}")
     else:  # 200: the whole file (no range support, or the file changed: If-Range)
         if have:
@@ -297,6 +417,22 @@ def _start(
     state["validator"] = validator
     report.start(have, total)
     return total, have
+
+
+def _same_file(state: dict[str, Any], total: int | None, validator: str | None) -> None:
+    """Raise :class:`_Changed` unless a resumed response continues the file the part began.
+
+    The total size (``Content-Range``) must be the one announced before, and a validator
+    (``ETag``, else ``Last-Modified``) the server sends must be the one it sent before:
+    a server that ignores ``If-Range`` would otherwise splice two versions of the file.
+    """
+    size = state.get("size")
+    if isinstance(size, int) and total != size:
+        got = "an unknown size" if total is None else f"{total:,} bytes"
+        raise _Changed(f"the partial download: it was {size:,} bytes, it is {got} now")
+    old = state.get("validator")
+    if old and validator and validator != old:
+        raise _Changed(f"the partial download: its validator was {old}, it is {validator} now")
 
 
 def _finish(
@@ -327,13 +463,20 @@ def _finish(
     if check is not None:
         try:
             check(part)
-        except DatasetError as err:
+        except Exception as err:  # noqa: BLE001 - any exception rejects the file
             _discard(dest)
+            what = str(err) if isinstance(err, DatasetError) else f"{type(err).__name__}: {err}"
             raise DatasetError(
-                f"the file downloaded from {url} was rejected ({err}); it was deleted: run "
+                f"the file downloaded from {url} was rejected ({what}); it was deleted: run "
                 "again to download it anew, or check the URL"
-            ) from None
-    os.replace(part, dest)
+            ) from err
+    try:
+        os.replace(part, dest)
+    except OSError as err:
+        raise DatasetError(
+            f"cannot move the file downloaded from {url} to {dest}: {err.strerror}; it is kept "
+            f"in {part}: remove what is at {dest} and run again"
+        ) from None
     _state_file(dest).unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         fd = os.open(dest.parent, os.O_RDONLY)

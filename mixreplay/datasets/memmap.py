@@ -36,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,7 @@ from mixreplay.storages.dedup import DedupEncoder, DedupFrozenStorage, DedupLayo
 from mixreplay.storages.frozen import FrozenStorage
 from mixreplay.transforms import Transform
 
-__all__ = ["FORMAT", "load_memmap", "read_metadata", "write_memmap_dataset"]
+__all__ = ["FORMAT", "load_memmap", "open_dataset", "read_metadata", "write_memmap_dataset"]
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,27 @@ FORMAT = Format(
     error=DatasetError,
     what="dataset",
     migrations={1: _from_v1},
+    checksum_since=2,
 )
+
+
+class _Pull:
+    """Iterates the caller's chunks, remembering whether an error came from them."""
+
+    def __init__(self, chunks: Iterable[TensorDictBase]):
+        self._it = iter(chunks)
+        self.reading = False
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        while True:
+            self.reading = True
+            try:
+                chunk = next(self._it)
+            except StopIteration:
+                self.reading = False
+                return
+            self.reading = False
+            yield chunk
 
 
 def write_memmap_dataset(
@@ -141,8 +161,9 @@ def write_memmap_dataset(
 
     Raises:
         FileExistsError: ``path`` exists and ``overwrite`` is false.
-        DatasetError: no rows, bad episode starts, rows of different schemas, or
-            ``path`` holds something that is not a mixreplay dataset.
+        DatasetError: no rows, bad episode starts, rows of different schemas,
+            ``path`` holds something that is not a mixreplay dataset, or the files
+            cannot be written (a full disk: nothing is left half written).
     """
     dedup_next = check_bool(dedup_next, "dedup_next")
     final = destination(path)
@@ -151,102 +172,120 @@ def write_memmap_dataset(
     chunks = [data] if isinstance(data, TensorDictBase) else data
     if dedup_next and episode_starts is not None and not isinstance(episode_starts, torch.Tensor):
         episode_starts = list(episode_starts)  # read twice: by the encoder, then checked
-    with atomic_directory(
-        final, replaceable=FORMAT.owns, error=DatasetError, what="dataset"
-    ) as tmp:
-        layout: RowLayout | None = None
-        stream: TensorStream | None = None
-        encoder: DedupEncoder | None = None
-        next_streams: tuple[TensorStream, TensorStream] | None = None
-        digest = hashlib.blake2b(digest_size=16)  # the fingerprint, as fingerprint_rows computes it
-        try:
-            for chunk in chunks:
-                if not isinstance(chunk, TensorDictBase) or chunk.batch_dims != 1:
-                    raise DatasetError(
-                        f"dataset rows come as [n] TensorDicts, got {type(chunk).__name__}"
-                        + (
-                            f" with batch_size={list(chunk.batch_size)}"
-                            if isinstance(chunk, TensorDictBase)
-                            else ""
-                        )
-                    )
-                if chunk.batch_size[0] == 0:
-                    continue
-                try:
-                    if layout is None:
-                        layout = RowLayout(Schema.from_tensordict(chunk))
-                        stored_words = layout.row_words
-                        if dedup_next:
-                            encoder = DedupEncoder(layout, episode_starts=episode_starts)
-                            stored_words = encoder.layout.stored.row_words
-                            next_streams = (
-                                TensorStream(tmp, NEXT_SLOTS, torch.int64, ()),
-                                TensorStream(
-                                    tmp, NEXT_ROWS, torch.int64, (encoder.layout.x_words,)
-                                ),
+    pull = _Pull(chunks)
+    try:
+        with atomic_directory(
+            final, replaceable=FORMAT.owns, error=DatasetError, what="dataset"
+        ) as tmp:
+            layout: RowLayout | None = None
+            stream: TensorStream | None = None
+            encoder: DedupEncoder | None = None
+            next_streams: tuple[TensorStream, TensorStream] | None = None
+            digest = hashlib.blake2b(
+                digest_size=16
+            )  # the fingerprint, as fingerprint_rows computes it
+            try:
+                for chunk in pull:
+                    if not isinstance(chunk, TensorDictBase) or chunk.batch_dims != 1:
+                        raise DatasetError(
+                            f"dataset rows come as [n] TensorDicts, got {type(chunk).__name__}"
+                            + (
+                                f" with batch_size={list(chunk.batch_size)}"
+                                if isinstance(chunk, TensorDictBase)
+                                else ""
                             )
-                        stream = TensorStream(tmp, ROWS, torch.int64, (stored_words,))
-                    words = layout.pack(chunk, device=torch.device("cpu"))
-                except SchemaMismatchError as err:
-                    raise DatasetError(f"cannot write the rows to {final}: {err}") from None
-                assert stream is not None
-                if encoder is not None and next_streams is not None:
-                    stored, slots, x = encoder.push(words)
-                    stream.write(stored)
-                    next_streams[0].write(slots)
-                    next_streams[1].write(x)
-                else:
-                    stream.write(words)
-                # the full rows, as a plain dataset hashes them
-                digest.update(memoryview(words.numpy()))  # type: ignore[arg-type]
-                if progress is not None:
-                    progress(words.shape[0])
-        except BaseException:
-            for s in (stream, *(next_streams or ())):
-                if s is not None:
-                    s.abort()
+                        )
+                    if chunk.batch_size[0] == 0:
+                        continue
+                    try:
+                        if layout is None:
+                            layout = RowLayout(Schema.from_tensordict(chunk))
+                            stored_words = layout.row_words
+                            if dedup_next:
+                                encoder = DedupEncoder(layout, episode_starts=episode_starts)
+                                stored_words = encoder.layout.stored.row_words
+                                next_streams = (
+                                    TensorStream(tmp, NEXT_SLOTS, torch.int64, ()),
+                                    TensorStream(
+                                        tmp, NEXT_ROWS, torch.int64, (encoder.layout.x_words,)
+                                    ),
+                                )
+                            stream = TensorStream(tmp, ROWS, torch.int64, (stored_words,))
+                        words = layout.pack(chunk, device=torch.device("cpu"))
+                    except SchemaMismatchError as err:
+                        raise DatasetError(f"cannot write the rows to {final}: {err}") from None
+                    assert stream is not None
+                    if encoder is not None and next_streams is not None:
+                        stored, slots, x = encoder.push(words)
+                        stream.write(stored)
+                        next_streams[0].write(slots)
+                        next_streams[1].write(x)
+                    else:
+                        stream.write(words)
+                    # the full rows, as a plain dataset hashes them
+                    digest.update(memoryview(words.numpy()))  # type: ignore[arg-type]
+                    if progress is not None:
+                        progress(words.shape[0])
+            except BaseException:
+                for s in (stream, *(next_streams or ())):
+                    if s is not None:
+                        s.abort()
+                raise
+            if layout is None or stream is None:
+                raise DatasetError(f"no rows to write to {final}: the data was empty")
+            files: dict[str, Any] = {}
+            next_keys = None
+            if encoder is not None and next_streams is not None:
+                last_slot, last_x = encoder.finish()
+                next_streams[0].write(last_slot)
+                next_streams[1].write(last_x)
+                files["next_slots"] = next_streams[0].close()
+                files["next_rows"] = next_streams[1].close()
+                next_keys = [list(k) for k in encoder.layout.next_keys]
+            rows_entry = stream.close()
+            n = stream.rows
+            starts = torch.zeros(1, dtype=torch.int64)
+            if episode_starts is not None:
+                starts = check_episode_starts(episode_starts, n)
+            with TensorStream(tmp, EPISODES, torch.int64, ()) as ep:
+                ep.write(starts)
+            fingerprint = digest.hexdigest()
+            write_metadata(
+                tmp,
+                FORMAT,
+                {
+                    "rows": n,
+                    "row_words": layout.row_words,
+                    "episodes": int(starts.numel()),
+                    "schema": layout.schema.to_json(),
+                    "fingerprint": fingerprint,
+                    "source_id": source_id,
+                    "source_fingerprint": source_fingerprint,
+                    "info": dict(info or {}),
+                    "dedup_next": next_keys,
+                    "files": {"rows": rows_entry, "episode_starts": ep.close(), **files},
+                },
+            )
+    except OSError as err:
+        if pull.reading:  # the source's own error: it says what it is
             raise
-        if layout is None or stream is None:
-            raise DatasetError(f"no rows to write to {final}: the data was empty")
-        files: dict[str, Any] = {}
-        next_keys = None
-        if encoder is not None and next_streams is not None:
-            last_slot, last_x = encoder.finish()
-            next_streams[0].write(last_slot)
-            next_streams[1].write(last_x)
-            files["next_slots"] = next_streams[0].close()
-            files["next_rows"] = next_streams[1].close()
-            next_keys = [list(k) for k in encoder.layout.next_keys]
-        rows_entry = stream.close()
-        n = stream.rows
-        starts = torch.zeros(1, dtype=torch.int64)
-        if episode_starts is not None:
-            starts = check_episode_starts(episode_starts, n)
-        with TensorStream(tmp, EPISODES, torch.int64, ()) as ep:
-            ep.write(starts)
-        fingerprint = digest.hexdigest()
-        write_metadata(
-            tmp,
-            FORMAT,
-            {
-                "rows": n,
-                "row_words": layout.row_words,
-                "episodes": int(starts.numel()),
-                "schema": layout.schema.to_json(),
-                "fingerprint": fingerprint,
-                "source_id": source_id,
-                "source_fingerprint": source_fingerprint,
-                "info": dict(info or {}),
-                "dedup_next": next_keys,
-                "files": {"rows": rows_entry, "episode_starts": ep.close(), **files},
-            },
-        )
+        where = f" ({err.filename})" if err.filename else ""
+        raise DatasetError(
+            f"cannot write the dataset {final}: {err.strerror or err}{where}; nothing was "
+            "written there: free space, or write it elsewhere (the cache: set "
+            "MIXREPLAY_DATA_DIR or pass cache_dir=)"
+        ) from err
     log.info("wrote %d rows (%d bytes each) to %s", n, layout.row_bytes, final)
     return final
 
 
-def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read_metadata(path: str | os.PathLike[str], *, recover_swap: bool = True) -> dict[str, Any]:
     """The checked metadata of the dataset at ``path`` (as the current format version).
+
+    Keyword Args:
+        recover_swap: first finish a swap a killed writer left half done (when the
+            parent directory is writable). The cache passes ``False`` for an entry that
+            is a symbolic link: it never writes through a link.
 
     Raises:
         DatasetNotFoundError: nothing at ``path``.
@@ -254,7 +293,7 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
             version, or inconsistent (counts, schema, file entries).
     """
     where = destination(path)
-    if os.access(where.parent, os.W_OK):  # a read-only location is read as it is
+    if recover_swap and os.access(where.parent, os.W_OK):  # a read-only location is read as it is
         recover(where)
     if not where.exists():
         raise DatasetNotFoundError(f"no dataset directory at {where}")
@@ -378,7 +417,19 @@ def load_memmap(
     }
     kwargs = dataset_options(options, "load_dataset('memmap:...')")
     where = destination(Path(path).expanduser())
-    meta = read_metadata(where)
+    return open_dataset(where, read_metadata(where), **kwargs)
+
+
+def open_dataset(where: Path, meta: dict[str, Any], **kwargs: Any) -> OfflineDataset:
+    """The dataset at ``where`` from its metadata as :func:`read_metadata` returned it.
+
+    Maps the rows (sizes checked), reads the small files in full (CRC-32 checked) and
+    checks the episode starts. ``kwargs`` go to :class:`~mixreplay.OfflineDataset`.
+
+    Raises:
+        DatasetError: any damage, naming the file and the problem.
+    """
+    meta = dict(meta)
     layout = meta.pop("layout")
     dl = meta.pop("dedup_layout", None)
     files = meta["files"]

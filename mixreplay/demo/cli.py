@@ -1,8 +1,9 @@
 """``mixreplay demo``: online-only vs mixed vs annealed SAC, several seeds, in parallel.
 
 The default run (3 arms x 3 seeds x 3,000 steps) costs about 130 CPU-seconds; ``--quick``
-(3 arms x 2 seeds x 2,000 steps) about 60, some 35 s of wall time on two idle cores. Wall
-time depends on what else shares the cores.
+(3 arms x 2 seeds x 2,000 steps) about 60, some 40 s of wall time on two idle cores. Wall
+time depends on what else shares the cores (``--quick``: 2 minutes at load average 5-9,
+20 minutes at 14).
 
 ``--task halfcheetah`` runs the MuJoCo benchmark instead (:mod:`mixreplay.demo.tasks`):
 datasets of two qualities made on first use (:mod:`mixreplay.demo.policy_data`), every
@@ -76,8 +77,10 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--dataset",
         default=None,
         help=f"offline dataset ID for load_dataset, --task {DEFAULT_TASK} only (default: "
-        f"minari:{DEFAULT_DATASET_ID}, a scripted expert generated on first use into "
-        "$MINARI_DATASETS_PATH)",
+        f"minari:{DEFAULT_DATASET_ID}, a scripted expert generated on first use into Minari's "
+        "root: $MINARI_DATASETS_PATH, default ~/.minari/datasets; converted once into "
+        "$MIXREPLAY_DATA_DIR, default ~/.cache/mixreplay; the halfcheetah datasets go to the "
+        "same places)",
     )
     p.add_argument(
         "--steps",
@@ -97,8 +100,8 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument(
         "--quick",
         action="store_true",
-        help=f"{QUICK['seeds']} seeds x {QUICK['steps']} steps: about a minute on 2 cores, and "
-        "the mixed arms already reach the goal (halfcheetah: "
+        help=f"{QUICK['seeds']} seeds x {QUICK['steps']} steps: about 40 s on 2 idle cores (longer "
+        "on a busy machine), and the mixed arms already reach the goal (halfcheetah: "
         f"{TASKS['halfcheetah'].quick['seeds']} seeds x {TASKS['halfcheetah'].quick['steps']:,} "
         f"steps, arms {','.join(TASKS['halfcheetah'].quick_arms)})",
     )

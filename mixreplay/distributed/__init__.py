@@ -15,6 +15,6 @@ Importing this package does not import Ray; creating a buffer does, and needs
 
 from mixreplay.distributed.handle import RayReplayBuffer
 from mixreplay.distributed.writer import RayWriter
-from mixreplay.errors import BufferActorError
+from mixreplay.errors import BufferActorError, WriterEvictedError
 
-__all__ = ["BufferActorError", "RayReplayBuffer", "RayWriter"]
+__all__ = ["BufferActorError", "RayReplayBuffer", "RayWriter", "WriterEvictedError"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import logging
 import os
 import sys
@@ -17,7 +18,7 @@ import torch
 from tensordict import TensorDictBase
 
 from mixreplay._validate import check_bool, check_int, check_path, check_real, check_type
-from mixreplay.distributed.chunks import ChunkIds
+from mixreplay.distributed.chunks import MAX_WRITERS, ChunkIds, random_writer_id
 from mixreplay.distributed.host import BufferHost, info_tensordict
 from mixreplay.distributed.pipeline import CallPipeline
 from mixreplay.distributed.wire import (
@@ -27,7 +28,7 @@ from mixreplay.distributed.wire import (
     check_rows,
     message_slices,
 )
-from mixreplay.errors import BufferActorError, require
+from mixreplay.errors import BufferActorError, WriterEvictedError, require
 from mixreplay.storages.base import check_row
 
 __all__ = ["RayReplayBuffer"]
@@ -44,6 +45,8 @@ def _ray():
 def _host_class(ray):
     global _REMOTE_HOST
     if _REMOTE_HOST is None:
+        # kill() probes with alive(): a probe Ray retried would log a retry of a killed actor
+        ray.method(max_task_retries=0)(BufferHost.alive)
         _REMOTE_HOST = ray.remote(BufferHost)
     return _REMOTE_HOST
 
@@ -75,7 +78,8 @@ class RayReplayBuffer:
     Args:
         buffer_cls: the buffer class to host, e.g. :class:`~mixreplay.OfflineToOnlineReplayBuffer`
             (or any importable factory returning a buffer).
-        *args, **kwargs: its arguments, passed to it inside the actor.
+        *args: its positional arguments, passed to it inside the actor.
+        **kwargs: its keyword arguments, likewise.
 
     Keyword Args:
         ray_options: options for the actor (``ray.remote(...).options(**ray_options)``):
@@ -85,6 +89,8 @@ class RayReplayBuffer:
         checkpoint_dir: an absolute directory, on the actor's node, for checkpoints.
         checkpoint_every: save a checkpoint after every this many rows written.
         resume: load the checkpoint already in ``checkpoint_dir`` when the actor starts.
+        max_writers: how many writers the actor remembers for exactly-once writes
+            (4096); beyond, the least recently active is dropped (see ``docs/scaling.md``).
 
     These keywords belong to the handle; every other keyword goes to ``buffer_cls``.
 
@@ -94,7 +100,9 @@ class RayReplayBuffer:
     concurrently make the batches depend on how their writes interleave with the
     learner's requests, i.e. on timing.
 
-    Failures: a collector that dies loses only the rows it had not sent. If the
+    Failures: a collector that dies loses only the rows it had not sent, and a
+    collector task that Ray retries (``max_retries``) sends its rows again under
+    the same writer identities, so the actor applies each row once. If the
     actor dies, every call raises :class:`~mixreplay.errors.BufferActorError`;
     with ``ray_options={"max_restarts": ...}`` and ``checkpoint_dir``, Ray
     restarts it and it reloads its last checkpoint (rows written after it are lost).
@@ -141,6 +149,7 @@ class RayReplayBuffer:
         checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_every: int | None = None,
         resume: bool = False,
+        max_writers: int = MAX_WRITERS,
         **kwargs,
     ):
         ray = _ray()
@@ -168,6 +177,7 @@ class RayReplayBuffer:
         if checkpoint_every is not None:
             checkpoint_every = check_int(checkpoint_every, "checkpoint_every", min=1)
         resume = check_bool(resume, "resume")
+        max_writers = check_int(max_writers, "max_writers", min=1)
         if checkpoint_dir is not None:
             check_path(checkpoint_dir, "checkpoint_dir")
             checkpoint_dir = os.fspath(checkpoint_dir)
@@ -205,6 +215,7 @@ class RayReplayBuffer:
                     checkpoint_dir=checkpoint_dir,
                     checkpoint_every=checkpoint_every,
                     resume=resume,
+                    max_writers=max_writers,
                 )
             )
         except TypeError as err:
@@ -234,10 +245,9 @@ class RayReplayBuffer:
         self._packer = Packer()
         self._layouts = LayoutCache()
         self._pipeline: CallPipeline | None = None  # started by the first prefetching sample
-        # Chunk ids of this handle's blocking writes; a copy of the handle gets its own.
-        self._ids = ChunkIds()
-        self._write_lock = threading.Lock()
-        self._unconfirmed: _Unconfirmed | None = None  # the last write that failed
+        # Blocking writes, per thread: each thread is a writer of its own (its row numbers
+        # and its last failed write); a copy of the handle starts with none.
+        self._local = threading.local()
 
     @classmethod
     def connect(
@@ -324,40 +334,52 @@ class RayReplayBuffer:
         words = self._packer.pack(row)  # packed as it is: no unsqueeze of the TensorDict
         return int(self._write(self._packer.key, words, kwargs, [slice(0, 1)])[0][0])
 
+    def _thread_writes(self) -> _ThreadWrites:
+        writes = getattr(self._local, "writes", None)
+        if writes is None:
+            writes = self._local.writes = _ThreadWrites()
+        return writes
+
     def _write(self, key: str, words: np.ndarray, kwargs: dict, slices: list[slice]) -> list:
         """Send ``words[s]`` for each slice as one chunk each; the slots written, per chunk."""
-        with self._write_lock:
-            unconfirmed, self._unconfirmed = self._unconfirmed, None
-        seqs = None
+        mine = self._thread_writes()
+        ids = mine.ids
+        unconfirmed, mine.unconfirmed = mine.unconfirmed, None
+        starts = None
         if unconfirmed is not None:
             if unconfirmed.same_as(key, words, kwargs, len(slices)):
-                seqs = unconfirmed.seqs
-                log.info("resending %d chunks of a failed write under their ids", len(seqs))
+                starts = unconfirmed.starts
+                log.info("resending %d chunks of a failed write under their ids", len(starts))
             else:
-                self._ids.done(unconfirmed.seqs)  # abandoned: never sent again
+                ids.done(unconfirmed.starts)  # abandoned: never sent again
                 log.warning(
                     "a write of %d rows that failed was not retried with the same rows: if the "
                     "actor had written them before failing they are in the buffer, otherwise lost",
                     len(unconfirmed.words),
                 )
-        if seqs is None:
-            seqs = self._ids.take(len(slices))
+        if starts is None:
+            starts = ids.take(s.stop - s.start for s in slices)
         method = self._actor.extend_packed
         refs = [
-            self._submit(method, key, words[s], kwargs, True, self._ids.chunk_id(q))
-            for s, q in zip(slices, seqs)
+            self._submit(method, key, words[s], kwargs, True, ids.chunk_id(q))
+            for s, q in zip(slices, starts)
         ]
         try:
             parts = self._get(refs, WRITE_RETRY)
         except BufferActorError:
             _settle(refs)  # no attempt of these chunks is still running when a retry is sent
-            with self._write_lock:
-                self._unconfirmed = _Unconfirmed(key, words, kwargs, seqs)
+            mine.unconfirmed = _Unconfirmed(key, words, kwargs, starts)
+            raise
+        except WriterEvictedError:
+            _settle(refs)
+            # This thread's next write is a new writer, with a random identity: a derived one
+            # could be that of another writer of the task's earlier attempt.
+            mine.ids = ChunkIds(random_writer_id())
             raise
         except BaseException:
-            self._ids.done(seqs)  # the buffer refused the rows: a retry is a new write
+            ids.done(starts)  # the buffer refused the rows: a retry is a new write
             raise
-        self._ids.done(seqs)
+        ids.done(starts)
         return parts
 
     def writer(
@@ -467,8 +489,10 @@ class RayReplayBuffer:
         return self._prefetch
 
     def actor_info(self) -> dict:
-        """The actor's pid, node id, whether it was restarted, and its checkpoints."""
-        return self._call(self._actor.info)
+        """The actor's pid, node id, whether it was restarted, its checkpoints and writer table."""
+        info = self._call(self._actor.info)
+        self._describe["pid"] = info["pid"]
+        return info
 
     def checkpoint(self) -> str:
         """Save a checkpoint in ``checkpoint_dir`` now; return its path (on the actor's node)."""
@@ -483,16 +507,20 @@ class RayReplayBuffer:
         seconds without confirmation it logs a warning and returns.
         """
         timeout = check_real(timeout, "timeout", min=0)
-        self._queue.clear()
+        deadline = time.monotonic() + timeout
+        if self._queue:
+            # Let the prefetched requests finish first: Ray would retry, and log, each call
+            # still in flight when the actor dies (with max_task_retries).
+            concurrent.futures.wait(list(self._queue), timeout=timeout)
+            self._queue.clear()
         if self._pipeline is not None:
             self._pipeline.close()
             self._pipeline = None
         ray = sys.modules["ray"]
         ray.kill(self._actor, no_restart=True)
-        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                ray.get(self._actor.info.remote())  # still running: the kill has not landed yet
+                ray.get(self._actor.alive.remote())  # still running: the kill has not landed yet
             except ray.exceptions.ActorUnavailableError:
                 time.sleep(0.01)
             except ray.exceptions.RayActorError:
@@ -546,15 +574,23 @@ def _settle(refs) -> None:
         sys.modules["ray"].wait(list(refs), num_returns=len(refs))
 
 
+class _ThreadWrites:
+    """One thread's blocking writes through a handle: its writer identity and last failed write."""
+
+    def __init__(self) -> None:
+        self.ids = ChunkIds()  # the identity is minted by the first write, in this thread
+        self.unconfirmed: _Unconfirmed | None = None
+
+
 class _Unconfirmed:
     """A blocking write that failed with the actor unavailable: its rows and chunk ids."""
 
-    def __init__(self, key: str, words: np.ndarray, kwargs: dict, seqs: list[int]):
-        self.key, self.words, self.kwargs, self.seqs = key, words, kwargs, seqs
+    def __init__(self, key: str, words: np.ndarray, kwargs: dict, starts: list[int]):
+        self.key, self.words, self.kwargs, self.starts = key, words, kwargs, starts
 
     def same_as(self, key: str, words: np.ndarray, kwargs: dict, chunks: int) -> bool:
         """Whether a new write is this one retried: same schema, rows, arguments and cut."""
-        if key != self.key or chunks != len(self.seqs) or words.shape != self.words.shape:
+        if key != self.key or chunks != len(self.starts) or words.shape != self.words.shape:
             return False
         try:
             same_kwargs = bool(kwargs == self.kwargs)
@@ -565,14 +601,24 @@ class _Unconfirmed:
 
 def _actor_error(err, describe: dict, actor, retry: str | None = None) -> BufferActorError:
     ray = sys.modules["ray"]
+    state = _actor_state(actor)
+    pid = state.get("Pid") or describe.get("pid", "?")  # the latest process, after restarts
     what = (
         f"the Ray actor hosting the replay buffer ({describe.get('buffer')}, "
-        f"actor {_actor_id(actor)}, pid {describe.get('pid', '?')})"
+        f"actor {_actor_id(actor)}, pid {pid})"
     )
     cause = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
-    if isinstance(err, ray.exceptions.ActorUnavailableError):
+    # A call in flight when the actor died fails with the actor's death even when Ray
+    # restarts it: only the control store tells a restart from the end.
+    restarting = bool(state) and state.get("State") != "DEAD"
+    if isinstance(err, ray.exceptions.ActorUnavailableError) or restarting:
+        now = (
+            f"is restarting (restart {state.get('NumRestarts', '?')})"
+            if restarting
+            else "is unavailable: it is restarting or cannot be reached"
+        )
         return BufferActorError(
-            f"{what} is unavailable: it is restarting or cannot be reached ({cause}). "
+            f"{what} {now} ({cause}). "
             + (
                 retry
                 or "The call may or may not have run. Retry it: a restarted actor reloads its "
@@ -584,6 +630,17 @@ def _actor_error(err, describe: dict, actor, retry: str | None = None) -> Buffer
         "a crash, give it ray_options={'max_restarts': -1} and checkpoint_dir='/abs/dir' "
         "(with checkpoint_every=N rows), so that Ray restarts it and it reloads its last checkpoint"
     )
+
+
+def _actor_state(actor) -> dict:
+    """What Ray's control store says of the actor now (state, pid, restarts); {} if it cannot tell."""
+    try:
+        from ray._private.state import actors
+
+        info = actors(actor_id=actor._actor_id.hex())
+    except Exception:  # noqa: BLE001 - only used to word an error better
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 def _decode(result, layouts: LayoutCache, device):

@@ -6,10 +6,11 @@ is given, so an offline dataset named by ID or path is opened (memory-mapped) on
 the actor's node and never travels.
 
 Exactly-once writes: rows arrive in chunks that carry an id
-(:mod:`~mixreplay.distributed.chunks`); a chunk the actor already applied is
-acknowledged with the slots it went to and not applied again, so neither Ray's
-own retries (``max_task_retries``) nor a caller's retry after an error duplicates
-rows.
+(:mod:`~mixreplay.distributed.chunks`) numbering the writer's rows; rows the actor
+already applied are acknowledged (with the slots they went to, while remembered)
+and not applied again, so neither Ray's own retries (``max_task_retries`` for a
+call, ``max_retries`` for a collector task) nor a caller's retry after an error
+duplicates rows. The table of writers is bounded (``max_writers``).
 
 Checkpoints: with ``checkpoint_dir``, every ``checkpoint_every`` rows received
 (inside the write that crosses the mark) the actor saves ``{"buffer":
@@ -41,10 +42,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tensordict import TensorDict, TensorDictBase
 
 from mixreplay.checkpoint import load_state, save_state
-from mixreplay.distributed.chunks import ChunkId, WriterTable
+from mixreplay.distributed.chunks import MAX_WRITERS, ChunkId, WriterTable
 from mixreplay.distributed.wire import LayoutCache, Packer
 from mixreplay.errors import CheckpointError
 
@@ -87,6 +89,8 @@ class BufferHost:
         checkpoint_every: save after this many rows received (``None``: only on
             :meth:`checkpoint`).
         resume: a fresh actor loads the checkpoint already in ``checkpoint_dir``.
+        max_writers: writer records kept for exactly-once writes (see
+            :class:`~mixreplay.distributed.chunks.WriterTable`).
         restarted: whether this is a restart (default: asked from Ray).
 
     A failure while building the buffer or loading its checkpoint is kept and
@@ -102,6 +106,7 @@ class BufferHost:
         checkpoint_dir=None,
         checkpoint_every: int | None = None,
         resume: bool = False,
+        max_writers: int = MAX_WRITERS,
         restarted: bool | None = None,
     ):
         self._error: BaseException | None = None
@@ -114,8 +119,10 @@ class BufferHost:
         self._rows_received = 0
         self._saves = 0
         self._restored_from: str | None = None
-        self._writers = WriterTable()
-        self._acknowledged_again = 0  # chunks received again and not re-applied
+        self._max_writers = max_writers
+        self._writers = WriterTable(max_writers)
+        self._acknowledged_again = 0  # chunks received again, with nothing left to apply
+        self._rows_again = 0  # rows received again and not re-applied
         self._checkpoint_error: str | None = None
         self._restarted = _was_restarted() if restarted is None else restarted
         try:
@@ -139,7 +146,7 @@ class BufferHost:
             )
         try:
             state = load_state(path)
-            writers = WriterTable()
+            writers = WriterTable(self._max_writers)
             if isinstance(state.get("buffer"), dict) and "writers" in state:
                 writers.load_state_dict(state["writers"])
                 state = state["buffer"]
@@ -150,7 +157,7 @@ class BufferHost:
         self._writers = writers
         self._restored_from = str(path)
         log.warning(
-            "buffer actor %s: restored %d rows and %d unacknowledged chunks from %s",
+            "buffer actor %s: restored %d rows and %d writer records from %s",
             "restarted" if self._restarted else "resumed",
             len(self.buffer),
             len(writers),
@@ -202,8 +209,16 @@ class BufferHost:
             "checkpoint_error": self._checkpoint_error,
             "rows_received": self._rows_received,
             "chunks_acknowledged_again": self._acknowledged_again,
-            "chunks_remembered": len(self._writers),
+            "rows_acknowledged_again": self._rows_again,
+            "writers_remembered": len(self._writers),
+            "writers_evicted": self._writers.evicted,
+            "slots_remembered": self._writers.slot_count(),
+            "max_writers": self._writers.max_writers,
         }
+
+    def alive(self) -> bool:
+        """A probe (Ray never retries it): answers while the actor runs."""
+        return True
 
     def length(self) -> int:
         return len(self._buf())
@@ -221,42 +236,72 @@ class BufferHost:
         """Unpack ``words`` with the schema ``key`` and extend the buffer with them, once.
 
         Args:
-            chunk: the chunk's id ``(writer, seq, floor)``; a chunk applied before
-                (a retry) is acknowledged as it was the first time, not applied again.
+            chunk: the chunk's id ``(writer, start, floor, attempt)``; rows of it that
+                were applied before (a retry) are acknowledged, not applied again.
 
-        Returns the slots written (numpy) or, without ``want_index``, the row count.
+        Returns the slots written (numpy; -1 for rows applied before whose slots are
+        no longer remembered) or, without ``want_index``, the row count.
+
+        Raises:
+            WriterEvictedError: the writer's record was dropped and the chunk may
+                hold rows applied before (nothing is written).
         """
         buf = self._buf()
-        if chunk is not None:
-            chunk = (str(chunk[0]), int(chunk[1]), int(chunk[2]))
-            if chunk in self._writers:
-                return self._again(chunk, len(words), want_index)
-        td = self._layouts.unpack(key, words, writable=False)
-        index = buf.extend(td, **(kwargs or {}))
-        n = td.batch_size[0]
-        slots = None
-        if want_index:
-            slots = index.cpu().numpy() if hasattr(index, "cpu") else index
-        if chunk is not None:
-            self._writers.record(chunk, slots)  # before the checkpoint, which saves it
-        if self._wrote(n):
-            _exit_if_asked()
-        return slots if want_index else n
+        if chunk is None:
+            td = self._layouts.unpack(key, words, writable=False)
+            index = buf.extend(td, **(kwargs or {}))
+            n = td.batch_size[0]
+            if self._wrote(n):
+                _exit_if_asked()
+            return _slots(index) if want_index else n
+        chunk = (str(chunk[0]), int(chunk[1]), int(chunk[2]), int(chunk[3]))
+        writer, start = chunk[0], chunk[1]
+        n = len(words)
+        todo = self._writers.missing(chunk, n)
+        if todo == [(0, n)]:  # the usual case: new rows
+            td = self._layouts.unpack(key, words, writable=False)
+            index = buf.extend(td, **(kwargs or {}))
+            slots = _slots(index) if want_index else None
+            self._writers.applied(writer, start, start + n, slots)
+            self._writers.settle(chunk)
+            if self._wrote(n):
+                _exit_if_asked()
+            return slots if want_index else n
+        return self._again(key, words, kwargs, want_index, chunk, todo)
 
-    def _again(self, chunk: ChunkId, n: int, want_index: bool):
-        """A chunk applied before, received again (a retry): acknowledge it as the first time."""
-        self._acknowledged_again += 1
-        self._writers.forget(chunk[0], chunk[2])  # its floor is below the chunk: kept
-        log.info("chunk %d of writer %s was applied before: acknowledged again", chunk[1], chunk[0])
-        if not want_index:
-            return n
-        slots = self._writers.slots(chunk)
-        if slots is None:
-            raise ValueError(
-                f"chunk {chunk[1]} of writer {chunk[0]} was applied without recording its slots; "
-                "a retry must ask for what the first call asked for"
-            )
-        return slots
+    def _again(self, key, words, kwargs, want_index: bool, chunk: ChunkId, todo: list):
+        """A chunk some of whose rows were applied before (a retry): apply only the others."""
+        writer, start = chunk[0], chunk[1]
+        n = len(words)
+        fresh = sum(b - a for a, b in todo)
+        self._rows_again += n - fresh
+        if not todo:
+            self._acknowledged_again += 1
+        log.info(
+            "rows %d-%d of writer %s: %d were applied before and are acknowledged, %d applied now",
+            start,
+            start + n - 1,
+            writer[:12],
+            n - fresh,
+            fresh,
+        )
+        out = self._writers.slots(writer, start, start + n) if want_index else None
+        buf = self._buf()
+        for a, b in todo:
+            td = self._layouts.unpack(key, words[a:b], writable=False)
+            index = buf.extend(td, **(kwargs or {}))
+            slots = _slots(index) if want_index else None
+            self._writers.applied(writer, start + a, start + b, slots)
+            if out is not None:
+                out[a:b] = slots
+        self._writers.settle(chunk)
+        if fresh and self._wrote(fresh):
+            _exit_if_asked()
+        return out if want_index else n
+
+    def retire(self, writer: str, floor: int) -> None:
+        """The writer was closed: its record goes first when the table is full."""
+        self._writers.retire(str(writer), int(floor))
 
     def sample_packed(self, batch_size: int | None, return_info: bool):
         """One batch as ``(key, words, batch_shape, info)``: packed rows and the info's leaves.
@@ -319,6 +364,10 @@ class BufferHost:
         self._since_save = 0
         self._checkpoint_error = None
         return str(self._path)
+
+
+def _slots(index) -> np.ndarray:
+    return index.cpu().numpy() if hasattr(index, "cpu") else np.asarray(index)
 
 
 def _exit_if_asked() -> None:

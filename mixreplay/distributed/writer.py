@@ -13,7 +13,7 @@ import torch
 from tensordict import TensorDictBase
 
 from mixreplay._validate import check_int
-from mixreplay.distributed.chunks import ChunkIds
+from mixreplay.distributed.chunks import ChunkIds, mint_writer_id
 from mixreplay.distributed.wire import (
     MAX_MESSAGE_BYTES,
     MAX_SPLIT,
@@ -22,7 +22,7 @@ from mixreplay.distributed.wire import (
     inline_rows,
     write_row,
 )
-from mixreplay.errors import BufferActorError
+from mixreplay.errors import BufferActorError, WriterEvictedError
 from mixreplay.storages.base import check_row
 
 __all__ = ["RayWriter"]
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 class _Message:
     """A chunk of rows sent and not acknowledged yet: kept until then, to be resent if need be."""
 
-    seq: int
+    start: int  # the writer's number of its first row
     key: str
     words: np.ndarray
     rows: int
@@ -59,6 +59,13 @@ class RayWriter:
     :meth:`flush`. Use a writer from one thread; make one per process (it does
     not pickle: pickle the handle and call ``handle.writer()`` there).
 
+    Identity: a writer made inside a Ray task (or an actor method call, in its
+    own thread) takes an identity derived from the task's id and from how many
+    writers the task made before; Ray keeps a task's id when it retries it, so
+    the retry's writers send their rows under the same identities and row numbers,
+    and the actor applies each row once, however the rows are cut into messages.
+    Elsewhere (the driver, an actor's ``__init__``, your own threads) it is random.
+
     Exactly once: each message is a chunk with an id (see
     :mod:`~mixreplay.distributed.chunks`) and the writer keeps it until the actor
     acknowledges it. If the actor dies or restarts, the call that was waiting raises
@@ -70,8 +77,14 @@ class RayWriter:
     written twice. With ``max_task_retries`` Ray resends them itself and no error
     reaches the writer.
 
+    If the actor has dropped this writer's record (more than ``max_writers``
+    writers since its last write) and cannot tell whether it holds the rows of a
+    message, the message is refused with :class:`~mixreplay.errors.WriterEvictedError`
+    and the writer refuses every later call with it: write the remaining rows with
+    a new writer.
+
     Create it with :meth:`RayReplayBuffer.writer`; as a context manager it
-    flushes on exit. In a collector (a Ray task or actor) handed the buffer's
+    closes on exit (:meth:`close`: flush, then tell the actor it is done). In a collector (a Ray task or actor) handed the buffer's
     handle ``rb`` (the example of :class:`~mixreplay.distributed.RayReplayBuffer`
     runs one)::
 
@@ -109,7 +122,10 @@ class RayWriter:
         # Messages to send, in order: new ones not submitted yet (the actor is behind) and
         # ones that failed with the actor unavailable, to be resent under their ids.
         self._unsent: list[_Message] = []
-        self._ids = ChunkIds()
+        # Minted here, in the thread and task that made the writer: a Ray task that is
+        # retried makes its writers again in the same order, with the same identities.
+        self._ids = ChunkIds(mint_writer_id("writer"))
+        self._refused: WriterEvictedError | None = None  # once set, every call raises it
         self.rows_sent = 0
         self.messages_sent = 0
         self.messages_resent = 0
@@ -118,6 +134,8 @@ class RayWriter:
 
     def add(self, row: TensorDictBase) -> None:
         """Stage one row (a TensorDict with batch ``[]``)."""
+        if self._refused is not None:
+            raise self._refused
         check_row(row)
         leaves = self._packer.leaves(row)
         self._ready_for(self._packer)
@@ -128,6 +146,8 @@ class RayWriter:
 
     def extend(self, data: TensorDictBase) -> None:
         """Stage the rows of ``data`` (batch ``[n]``), sending full chunks as they fill."""
+        if self._refused is not None:
+            raise self._refused
         n = check_rows(data)
         packer = self._packer
         leaves = packer.leaves(data)
@@ -204,12 +224,21 @@ class RayWriter:
             failed = [msg, *self._pending]
             self._pending.clear()
             _settle_refs([m.ref for m in failed])  # no attempt still runs when they are resent
-            self._unsent = sorted([*self._unsent, *failed], key=lambda m: m.seq)
+            self._unsent = sorted([*self._unsent, *failed], key=lambda m: m.start)
+            raise
+        except WriterEvictedError as err:
+            # The actor dropped this writer's record: it refuses every later message too
+            # (they may repeat rows it holds). The writer stops; rows go to a new one.
+            self._refused = err
+            _settle_refs([m.ref for m in self._pending])
+            self._pending.clear()
+            self._unsent.clear()
+            self._staged = 0
             raise
         except BaseException:
-            self._ids.done([msg.seq])  # refused by the buffer (its error): never resent
+            self._ids.done([msg.start])  # refused by the buffer (its error): never resent
             raise
-        self._ids.done([msg.seq])
+        self._ids.done([msg.start])
 
     def _drain(self) -> None:
         """Submit the unsent messages in order (waiting for free slots), failed ones again."""
@@ -234,15 +263,15 @@ class RayWriter:
     def _queue(self, words: np.ndarray, n: int) -> None:
         # Queued before anything waits: if the actor fails meanwhile, these rows stay
         # queued (neither lost nor staged twice) and flush() sends them.
-        (seq,) = self._ids.take(1)
-        self._unsent.append(_Message(seq, self._stage_key, words, n))
+        (start,) = self._ids.take([n])
+        self._unsent.append(_Message(start, self._stage_key, words, n))
         self.rows_sent += n
         self.messages_sent += 1
 
     def _submit(self, msg: _Message) -> None:
         # through the handle, so writes stay in order with its other calls (and prefetches)
         msg.ref = self._handle._submit(
-            self._method, msg.key, msg.words, self._kwargs, False, self._ids.chunk_id(msg.seq)
+            self._method, msg.key, msg.words, self._kwargs, False, self._ids.chunk_id(msg.start)
         )
         self._pending.append(msg)
 
@@ -252,6 +281,8 @@ class RayWriter:
         Messages that failed because the actor was unavailable are resent first,
         under their chunk ids (the actor applies each once).
         """
+        if self._refused is not None:
+            raise self._refused
         self._drain()
         if self._staged:
             self._wait_for_slot()
@@ -273,15 +304,31 @@ class RayWriter:
         """
         return len(self._pending) + len(self._unsent)
 
+    def close(self) -> None:
+        """Flush and wait, then tell the actor this writer is done.
+
+        A closed writer's record is the first the actor drops when its table of
+        writers is full (``max_writers``); until then, a retried task that sends
+        these rows again is still recognised. Use the writer no more after this.
+        """
+        self.flush()
+        ids = self._ids
+        if ids.rows:  # the actor knows this writer: no message otherwise
+            writer, _, floor, _ = ids.chunk_id(ids.rows)
+            # not awaited: nothing to report, and a failure only keeps the record a while longer
+            self._handle._submit(self._handle.actor.retire, writer, floor)
+
     def __enter__(self) -> RayWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
-            self.flush()
+            self.close()
             return
         # An error is on its way out: send what is left without waiting (a wait could
         # raise and hide it). Unacknowledged messages stay with the writer.
+        if self._refused is not None:
+            return
         self._queue_stage()
         while self._unsent:
             self._submit(self._unsent.pop(0))

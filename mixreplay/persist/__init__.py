@@ -7,7 +7,9 @@ directory is written and read, so the two cannot drift apart:
 
 - :mod:`~mixreplay.persist.atomic`: a directory appears whole or not at all
   (temp sibling, fsync of files and directory, swap, recovery of a swap a killed
-  writer left half done, removal of dead writers' temp directories);
+  writer left half done, removal of dead writers' temp directories); writers swap
+  one at a time under a lock, and readers (:func:`read_directory`) change nothing
+  and read one version whole while writers replace it;
 - :mod:`~mixreplay.persist.container`: the format (tensors as raw little-endian
   files with dtype, shape, size and CRC-32 in the JSON; the JSON itself
   checksummed), and format versions with migrations, so that a file written by an
@@ -16,7 +18,7 @@ directory is written and read, so the two cannot drift apart:
 The callers own their state: this layer never imports a buffer or a dataset.
 """
 
-from mixreplay.persist.atomic import atomic_directory, fsync_path, recover
+from mixreplay.persist.atomic import atomic_directory, fsync_path, read_directory, recover
 from mixreplay.persist.container import (
     Format,
     TensorStream,
@@ -37,6 +39,7 @@ __all__ = [
     "fsync_path",
     "map_tensor",
     "read_container",
+    "read_directory",
     "read_tensor",
     "recover",
     "write_metadata",

@@ -24,12 +24,14 @@ Every problem raises the caller's error class (``CheckpointError``,
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
 import mmap
 import os
 import re
+import stat
 import sys
 import zlib
 from collections.abc import Callable, Mapping
@@ -48,6 +50,8 @@ __all__ = [
     "decode_tensors",
     "encode_tensors",
     "map_tensor",
+    "check_container",
+    "parse_strict_json",
     "read_container",
     "read_tensor",
     "write_metadata",
@@ -74,6 +78,8 @@ class Format:
             (tensor entries unresolved) into version ``v + 1``'s.
         error: the exception class raised for every problem.
         what: what a container of this format is, for messages.
+        checksum_since: the first version whose files all carry a checksum; from it on,
+            a file without one is refused (an edit cannot skip the check by deleting it).
     """
 
     name: str
@@ -83,6 +89,7 @@ class Format:
     migrations: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = field(
         default_factory=dict
     )
+    checksum_since: int = 1
 
     @property
     def oldest(self) -> int:
@@ -290,24 +297,87 @@ def _depth(obj: Any, limit: int) -> int:
     return deepest
 
 
-def read_container(directory: Path, fmt: Format) -> dict[str, Any]:
+class _NotStrictJSON(ValueError):
+    """JSON that Python reads but the standard does not allow (NaN, duplicate keys)."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotStrictJSON(f"{name} is not a JSON value (mixreplay never writes it)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotStrictJSON(f"the number {text[:40]} overflows a float")
+    return value
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise _NotStrictJSON(f"the key {key!r} appears twice in one object")
+    return out
+
+
+def parse_strict_json(text: str) -> Any:
+    """``json.loads`` as the JSON standard has it: NaN, Infinity and repeated keys are errors.
+
+    Python's reader accepts all three (and reads ``1e999`` as infinity), though no
+    conforming writer produces them, and a checksum cannot be computed over them.
+    """
+    return json.loads(
+        text,
+        parse_constant=_no_constant,
+        parse_float=_finite_float,
+        object_pairs_hook=_no_duplicates,
+    )
+
+
+def read_container(directory: Path, fmt: Format, *, dir_fd: int | None = None) -> dict[str, Any]:
     """Read and check ``metadata.json``; return it as the *current* version (tensors unresolved).
 
     Raises ``fmt.error`` naming the file for: a missing or unreadable file, text
-    that is not UTF-8 JSON holding an object, nesting deeper than mixreplay writes,
-    another format, a version newer than this mixreplay reads (or older than any
-    migration), and a checksum that does not match (an edited file).
+    that is not strict UTF-8 JSON holding an object (NaN, Infinity and repeated keys
+    are refused), nesting deeper than mixreplay writes, another format, a version
+    newer than this mixreplay reads (or older than any migration), a missing checksum
+    (from ``fmt.checksum_since`` on) and a checksum that does not match (an edited file).
+
+    With ``dir_fd`` (the directory opened, see
+    :func:`~mixreplay.persist.atomic.read_directory`), the file is opened relative to
+    it; ``directory`` then only names it in messages.
     """
     error = fmt.error
     meta_file = directory / METADATA
     try:
-        raw = _read_regular(meta_file)
+        raw = _read_regular(meta_file, dir_fd)
     except FileNotFoundError:
         raise error(f"{meta_file} is missing: {directory} is not a complete {fmt.what}") from None
     except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise error(
+                f"{meta_file} is a symbolic link; a {fmt.what} holds regular files only: "
+                f"write the {fmt.what} again"
+            ) from None
+        if err.errno in (errno.EINVAL, errno.EISDIR):
+            raise error(
+                f"{meta_file} is not a regular file; the {fmt.what} is corrupt: write it again"
+            ) from None
         raise error(f"cannot read {meta_file}: {err}") from None
+    return check_container(raw, meta_file, fmt)
+
+
+def check_container(raw: bytes, meta_file: Path, fmt: Format) -> dict[str, Any]:
+    """The checks of :func:`read_container` on the bytes ``raw`` of ``meta_file``."""
+    error = fmt.error
+    directory = meta_file.parent
     try:
-        meta = json.loads(raw.decode("utf-8"))
+        meta = parse_strict_json(raw.decode("utf-8"))
+    except _NotStrictJSON as err:
+        raise error(
+            f"{meta_file} is not strict JSON: {err}; the {fmt.what} was edited or is corrupt"
+        ) from None
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
         kind = type(err).__name__
         raise error(
@@ -341,13 +411,15 @@ def read_container(directory: Path, fmt: Format) -> dict[str, Any]:
             f"{directory} has {fmt.what} format version {version}; this mixreplay ({__version__}) "
             f"reads versions {fmt.oldest} to {fmt.version}: write it again with this version"
         )
-    # Every current-version file is checksummed; some older formats had no checksum.
-    if "checksum" in meta or version == fmt.version:
-        checksum = meta.pop("checksum", None)
-        try:
-            expected = _checksum(meta)
-        except ValueError:
-            expected = None
+    # Every file from fmt.checksum_since on carries a checksum; older versions had none.
+    if "checksum" not in meta and version >= fmt.checksum_since:
+        raise error(
+            f"{meta_file} has no checksum, which every {fmt.what} of format version {version} "
+            f"carries; the file was edited or is corrupt: restore it or write the {fmt.what} again"
+        )
+    if "checksum" in meta:
+        checksum = meta.pop("checksum")
+        expected = _checksum(meta)  # strict JSON: every value parsed can be written back
         if checksum != expected:
             raise error(
                 f"{meta_file} was edited or corrupted (checksum {checksum!r}, content hashes to "
@@ -366,16 +438,31 @@ def read_container(directory: Path, fmt: Format) -> dict[str, Any]:
     return meta
 
 
-def _read_regular(path: Path) -> bytes:
-    """The bytes of ``path``, refusing a symbolic link (a container never holds one)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _open(path: Path, dir_fd: int | None) -> int:
+    """Open ``path`` for reading (by its name within ``dir_fd`` when given), never through a
+    link, and without waiting on a FIFO (the caller checks the file is regular)."""
+    flags = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
+    if dir_fd is None:
+        return os.open(path, flags)
+    return os.open(path.name, flags, dir_fd=dir_fd)
+
+
+def _read_regular(path: Path, dir_fd: int | None = None) -> bytes:
+    """The bytes of ``path``, refusing a symbolic link or anything but a regular file."""
+    fd = _open(path, dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
     with os.fdopen(fd, "rb") as f:
         return f.read()
 
 
-def _tensor_file(
-    directory: Path, entry: Any, where: str, error: ErrorType
-) -> tuple[Path, torch.dtype, list[int], int]:
+def _check_entry(
+    entry: Any, where: str, error: ErrorType
+) -> tuple[str, torch.dtype, list[int], int]:
     if not isinstance(entry, dict):
         raise error(f"{where}: a tensor entry must be an object, got {entry!r}")
     name = entry.get("file")
@@ -397,31 +484,55 @@ def _tensor_file(
         isinstance(crc, bool) or not isinstance(crc, int) or not 0 <= crc < 2**32
     ):
         raise error(f"{where}: crc32 must be an int in [0, 2**32), got {crc!r}")
+    return name, dtype, shape, nbytes
+
+
+def _tensor_file(
+    directory: Path, entry: Any, where: str, error: ErrorType, dir_fd: int | None
+) -> tuple[Path, int, torch.dtype, list[int], int]:
+    """Check a tensor entry and open its file: ``(path, fd, dtype, shape, nbytes)``.
+
+    The file is opened once and checked through its descriptor, so what is checked
+    is what is read. The caller closes ``fd``.
+    """
+    name, dtype, shape, nbytes = _check_entry(entry, where, error)
     path = directory / name
-    if path.is_symlink():
-        raise error(
-            f"{path} is a symbolic link; a {where} file must be a regular file inside {directory}"
-        )
-    if not path.is_file():
-        raise error(f"{path} is missing; the files are incomplete: write them again")
-    size = path.stat().st_size
-    if size != nbytes:
-        raise error(
-            f"{path} holds {size} bytes, expected {nbytes} ({entry['dtype']}{shape}); the file is "
-            "truncated or was replaced: write it again"
-        )
-    return path, dtype, shape, nbytes
+    try:
+        fd = _open(path, dir_fd)
+    except FileNotFoundError:
+        raise error(f"{path} is missing; the files are incomplete: write them again") from None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise error(
+                f"{path} is a symbolic link; a {where} file must be a regular file inside "
+                f"{directory}"
+            ) from None
+        raise error(f"cannot read {path}: {err}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{path} is not a regular file; the files are incomplete: write them again")
+        if st.st_size != nbytes:
+            raise error(
+                f"{path} holds {st.st_size} bytes, expected {nbytes} ({entry['dtype']}{shape}); "
+                "the file is truncated or was replaced: write it again"
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return path, fd, dtype, shape, nbytes
 
 
-def read_tensor(directory: Path, entry: Any, *, where: str, error: ErrorType) -> torch.Tensor:
-    """Read one tensor file into memory, checking its size and CRC-32."""
-    path, dtype, shape, nbytes = _tensor_file(directory, entry, where, error)
-    if nbytes == 0:
-        return torch.empty(shape, dtype=dtype)
-    buf = torch.empty(nbytes, dtype=torch.uint8)
-    view = memoryview(buf.numpy())  # type: ignore[arg-type]
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+def read_tensor(
+    directory: Path, entry: Any, *, where: str, error: ErrorType, dir_fd: int | None = None
+) -> torch.Tensor:
+    """Read one tensor file into memory, checking its size and CRC-32 (``dir_fd``: as :func:`read_container`)."""
+    path, fd, dtype, shape, nbytes = _tensor_file(directory, entry, where, error, dir_fd)
     with os.fdopen(fd, "rb") as f:
+        if nbytes == 0:
+            return torch.empty(shape, dtype=dtype)
+        buf = torch.empty(nbytes, dtype=torch.uint8)
+        view = memoryview(buf.numpy())  # type: ignore[arg-type]
         got = 0
         while got < nbytes:
             n = f.readinto(view[got:])
@@ -437,18 +548,19 @@ def read_tensor(directory: Path, entry: Any, *, where: str, error: ErrorType) ->
     return buf.view(dtype).reshape(shape)
 
 
-def map_tensor(directory: Path, entry: Any, *, where: str, error: ErrorType) -> torch.Tensor:
-    """Map one tensor file copy-on-write (sizes checked, no byte read).
+def map_tensor(
+    directory: Path, entry: Any, *, where: str, error: ErrorType, dir_fd: int | None = None
+) -> torch.Tensor:
+    """Map one tensor file copy-on-write (sizes checked, no byte read; ``dir_fd``: as :func:`read_container`).
 
     Writes through the tensor never reach the file. The kernel is told not to read
     ahead (``MADV_RANDOM``): sampling reads rows at random, so a cold file costs page
     cache for the rows drawn, not for their neighbourhoods.
     """
-    path, dtype, shape, nbytes = _tensor_file(directory, entry, where, error)
-    if nbytes == 0:
-        return torch.empty(shape, dtype=dtype)
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    _, fd, dtype, shape, nbytes = _tensor_file(directory, entry, where, error, dir_fd)
     try:
+        if nbytes == 0:
+            return torch.empty(shape, dtype=dtype)
         mapped = mmap.mmap(fd, nbytes, access=mmap.ACCESS_COPY)
     finally:
         os.close(fd)
@@ -457,16 +569,28 @@ def map_tensor(directory: Path, entry: Any, *, where: str, error: ErrorType) -> 
     return torch.frombuffer(mapped, dtype=dtype).view(shape)
 
 
-def decode_tensors(obj: Any, directory: Path, error: ErrorType, *, where: str = "state") -> Any:
-    """The tree of :func:`encode_tensors` with every tensor read back (sizes and CRCs checked)."""
+def decode_tensors(
+    obj: Any,
+    directory: Path,
+    error: ErrorType,
+    *,
+    where: str = "state",
+    dir_fd: int | None = None,
+) -> Any:
+    """The tree of :func:`encode_tensors` with every tensor read back (sizes and CRCs checked).
+
+    ``dir_fd``: as :func:`read_container`.
+    """
     if isinstance(obj, dict):
         if set(obj) == {TENSOR}:
-            return read_tensor(directory, obj[TENSOR], where=where, error=error)
+            return read_tensor(directory, obj[TENSOR], where=where, error=error, dir_fd=dir_fd)
         return {
-            k: decode_tensors(v, directory, error, where=f"{where}.{k}") for k, v in obj.items()
+            k: decode_tensors(v, directory, error, where=f"{where}.{k}", dir_fd=dir_fd)
+            for k, v in obj.items()
         }
     if isinstance(obj, list):
         return [
-            decode_tensors(v, directory, error, where=f"{where}[{i}]") for i, v in enumerate(obj)
+            decode_tensors(v, directory, error, where=f"{where}[{i}]", dir_fd=dir_fd)
+            for i, v in enumerate(obj)
         ]
     return obj

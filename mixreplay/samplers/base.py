@@ -1,15 +1,15 @@
-"""The sampler contract (:class:`Sampler`) and the default uniform sampler."""
+"""The sampler contract: :class:`Sampler`."""
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from typing import Any, ClassVar
 
 import torch
 
-from mixreplay.errors import EmptyBufferError
 from mixreplay.storages.base import Storage
 
-__all__ = ["RandomSampler", "Sampler"]
+__all__ = ["Sampler"]
 
 
 class Sampler:
@@ -24,7 +24,34 @@ class Sampler:
     restore of the rows (which changes ``generation``) or a write it was not told
     about is always noticed.
 
-    Subclasses implement :meth:`sample`; the other hooks have no-op defaults.
+    The draw contract (what a buffer, or a mixing engine drawing one source's
+    share, may rely on): ``sample(storage, n, generator)`` returns a 1-D int64
+    tensor of slots of filled rows, drawn only with ``generator``, and
+
+    - exactly ``n`` of them, except in two declared cases: a sampler with epochs
+      (``ran_out`` semantics, :class:`~mixreplay.SamplerWithoutReplacement`)
+      returns the rest of its epoch, fewer than ``n``, as the batch that ends it
+      (``ran_out`` is then true, and the next call starts a new epoch, whose rows
+      may repeat those of that short draw); a sampler with
+      ``variable_length = True`` (``SliceSampler(strict_length=False)``) returns
+      whole slices of its own lengths. A caller needing exactly ``n`` rows asks
+      again for the rest (a variable-length sampler cannot serve it: check
+      ``variable_length`` first);
+    - with ``replacement = False``, distinct slots within one returned draw (not
+      across two draws: a caller completing a short draw removes what repeats);
+    - a multiple of ``unit`` rows (slices of ``unit`` steps) asked for: ``n`` must
+      be one.
+
+    A draw that cannot be served raises before the generator or the sampler's
+    state change. Subclasses implement :meth:`sample`; the other hooks have
+    no-op defaults. A subclass written for TorchRL's protocol
+    (``sample(storage, batch_size) -> (index, info)``) is refused when the class
+    is defined.
+
+    A checkpoint names a sampler by :attr:`config_name` (its class name unless the
+    class sets it), never by module path: moving a sampler class to another module
+    keeps every checkpoint that names it loadable; renaming one means setting
+    ``config_name`` to the old name.
 
     Examples:
         >>> import torch
@@ -49,6 +76,37 @@ class Sampler:
     ran_out: bool = False
     #: whether :meth:`update_priority` does anything (mixing buffers route updates only there).
     prioritized: bool = False
+    #: whether a draw may return a number of rows of its own choosing (slices of varying
+    #: length); a mixing buffer, which needs exact shares, cannot use such a sampler.
+    variable_length: bool = False
+    #: the name a checkpoint saves this sampler under (the class name by default)
+    config_name: ClassVar[str] = "Sampler"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "config_name" not in cls.__dict__:
+            cls.config_name = cls.__name__
+        sample = cls.__dict__.get("sample")
+        if sample is None or not inspect.isfunction(sample):
+            return
+        params = list(inspect.signature(sample).parameters.values())
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        varargs = any(p.kind is p.VAR_POSITIONAL for p in params)
+        if len(positional) < 4 and not varargs:  # self, storage, n, generator
+            shown = ", ".join(p.name for p in positional)
+            raise TypeError(
+                f"{cls.__name__}.sample({shown}) follows TorchRL's sampler protocol "
+                "(sample(storage, batch_size) -> (index, info)); a mixreplay Sampler implements "
+                "sample(self, storage, n, generator) -> index: return n int64 slots drawn with "
+                "the torch.Generator it is handed (see mixreplay.Sampler)"
+            )
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for missing attributes: a TorchRL one gets the mixreplay way.
+        way = _TORCHRL_METHODS.get(name)
+        if way is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        raise AttributeError(f"{type(self).__name__} has no TorchRL {name!r}: {way}")
 
     def attach(self, storage: Storage) -> None:
         """Called once by the buffer that owns this sampler, with the storage it samples.
@@ -70,6 +128,14 @@ class Sampler:
 
     def weight(self, index: torch.Tensor, storage: Storage) -> torch.Tensor | None:
         """Importance weights of sampled rows, or ``None`` when sampling is uniform."""
+        return None
+
+    def info(self, index: torch.Tensor, storage: Storage) -> dict[Any, torch.Tensor] | None:
+        """Extra per-row entries for ``sample(return_info=True)`` about the draw that just
+        returned ``index`` (called right after :meth:`sample`, under the same lock), or ``None``.
+
+        TorchRL's slice sampler puts ``("next", "truncated")`` and the like there.
+        """
         return None
 
     def check_priority(
@@ -148,53 +214,21 @@ class Sampler:
     __hash__ = object.__hash__
 
 
-class RandomSampler(Sampler):
-    """Uniform sampling over the filled rows, with replacement (default) or without.
-
-    Args:
-        replacement: draw rows independently (a row may repeat within a batch), or,
-            with ``False``, ``n`` distinct rows per draw (``torch.randperm``: it costs
-            ``O(len)`` per batch, and ``n`` may not exceed the rows held).
-
-    Examples:
-        >>> import torch
-        >>> from mixreplay import LazyTensorStorage, RandomSampler, ReplayBuffer
-        >>> from tensordict import TensorDict
-        >>> rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=RandomSampler(),
-        ...                   generator=torch.Generator().manual_seed(0))
-        >>> _ = rb.extend(TensorDict({"x": torch.arange(10)}, [10]))
-        >>> rb.sample(4)["x"].shape
-        torch.Size([4])
-        >>> rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=RandomSampler(replacement=False),
-        ...                   generator=0)
-        >>> _ = rb.extend(TensorDict({"x": torch.arange(10)}, [10]))
-        >>> sorted(rb.sample(10)["x"].tolist()) == list(range(10))
-        True
-    """
-
-    def __init__(self, replacement: bool = True):
-        if not isinstance(replacement, bool):
-            raise TypeError(
-                f"RandomSampler replacement must be a bool, got {type(replacement).__name__} {replacement!r}"
-            )
-        self.replacement = replacement
-
-    def config(self) -> dict[str, Any]:
-        return {} if self.replacement else {"replacement": False}
-
-    def sample(self, storage: Storage, n: int, generator: torch.Generator) -> torch.Tensor:
-        size = len(storage)
-        if size == 0:
-            raise EmptyBufferError("cannot sample: the source holds no rows; extend it first")
-        if self.replacement:
-            return torch.randint(size, (n,), generator=generator, device=generator.device)
-        if n > size:  # checked before drawing, so the generator is left untouched
-            raise ValueError(
-                f"cannot draw {n} distinct rows without replacement from a source holding {size}; "
-                f"ask for at most {size} rows, or use RandomSampler(replacement=True)"
-            )
-        return torch.randperm(size, generator=generator, device=generator.device)[:n]
+#: TorchRL Sampler methods mixreplay's samplers lack -> the mixreplay way
+_WRITES = (
+    "the buffer tells its sampler of writes (ReplayBuffer.extend calls "
+    "sampler.on_extend(index, storage)); use the sampler through a ReplayBuffer"
+)
+_TORCHRL_METHODS: dict[str, str] = {
+    "add": _WRITES,
+    "extend": _WRITES,
+    "mark_update": _WRITES,
+    "dumps": "save the buffer that holds it: rb.dumps(path) (or sampler.state_dict())",
+    "loads": "load the buffer that holds it: rb.loads(path) (or sampler.load_state_dict(state))",
+    "default_priority": "only a PrioritizedSampler has priorities (it has default_priority)",
+    "_empty": "empty the buffer that holds it: rb.empty()",
+}
 
 
-# Their public home: checkpoints name a sampler by module and class, and pickles find it there.
-Sampler.__module__ = RandomSampler.__module__ = "mixreplay.samplers"
+# Its public home, where pickles find it (checkpoints name a sampler by config_name).
+Sampler.__module__ = "mixreplay.samplers"

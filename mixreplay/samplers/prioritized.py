@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import operator
+import warnings
 from typing import Any
 
 import torch
 
-from mixreplay._validate import check_bool, check_int, check_real, describe
+from mixreplay._validate import check_bool, check_int, check_real, check_saved_int, describe
 from mixreplay.errors import CheckpointError, EmptyBufferError, PriorityError
 from mixreplay.samplers._torchrl import Table, check_torchrl_kwargs
 from mixreplay.samplers.base import Sampler
@@ -22,19 +23,19 @@ _DBL_MAX = torch.finfo(torch.float64).max
 #: TorchRL 0.14 PrioritizedSampler arguments mixreplay has no use for
 _TORCHRL: Table = {
     "dtype": (
-        (torch.float64,),
-        "mixreplay keeps priorities in float64 (sums over millions of rows stay exact); "
-        "drop dtype=",
+        (torch.float32, torch.float64),
+        "mixreplay keeps priorities in float64 whatever dtype= says (sums over millions of "
+        "rows stay exact); drop dtype=",
     ),
     "reduction": (
         ("max", "min", "median", "mean"),
         "it reduces the priorities of a multi-dimensional (ndim > 1) storage, which mixreplay "
         "does not have; drop reduction=",
     ),
-    "max_priority_within_buffer": (
-        (False,),
-        "new rows get the largest priority assigned since the sampler was created "
-        "(TorchRL's max_priority_within_buffer=False)",
+    "replacement": (
+        (True,),
+        "PrioritizedSampler has no without-replacement variant; cannot be instantiated with "
+        "replacement=False (drop replacement=, or use SamplerWithoutReplacement)",
     ),
 }
 
@@ -48,7 +49,10 @@ class PrioritizedSampler(Sampler):
     """Rows drawn with probability ``P(i) = p_i / sum(p)``, ``p_i = (|priority_i| + eps) ** alpha``.
 
     A new row gets the largest ``p`` assigned so far (1.0 at first), so it is
-    likely to be drawn at least once before its priority is known. Priorities
+    likely to be drawn at least once before its priority is known; with
+    ``max_priority_within_buffer=True``, the largest ``p`` among the rows the
+    buffer holds then (rows being overwritten excluded; 1.0 when none is left).
+    Priorities
     live in a :class:`~mixreplay.samplers.sumtree.SumTree` of the storage's
     capacity, on the storage's device. Rows that reach the storage without
     :meth:`on_extend` (a frozen offline dataset, rows written before the sampler
@@ -69,9 +73,18 @@ class PrioritizedSampler(Sampler):
 
     the maximum (the minimum ``p``) taken over every row held, not over the
     batch. At ``beta = 1`` the weighted mean of any function of the rows over
-    many batches equals its mean under uniform sampling, whatever the priorities.
+    many batches equals its mean under uniform sampling, whatever the priorities;
+    ``beta > 1`` over-corrects (TorchRL allows it, its tutorial uses 1.1).
     Weights lie in ``(0, 1]``; the rows of lowest priority get 1. The tree keeps
     the minimum beside the sums, so this costs no scan of the buffer.
+
+    ``alpha`` and ``beta`` can be changed at any time (annealing, e.g. by
+    TorchRL's ``LinearScheduler``): a new ``beta`` applies to the next weights;
+    a new ``alpha`` turns every stored ``p`` into ``(|priority| + eps) ** alpha``
+    at once (``p ** (new / old)``, one pass over the tree, taken under the
+    storage's lock). From ``alpha = 0`` every stored ``p`` is 1 and the
+    priorities cannot be recovered: they stay 1 until next updated (a
+    ``UserWarning`` says so, as TorchRL does). Both are saved in checkpoints.
 
     A priority update addresses slots: if a slot was overwritten between the
     draw and the update, the new row receives the priority. An update is checked
@@ -81,9 +94,10 @@ class PrioritizedSampler(Sampler):
     scale them down), raises ``ValueError`` naming its position.
 
     Args:
-        alpha: how strongly priorities shape the distribution (0 is uniform), ``>= 0``.
-        beta: importance-weight exponent in ``[0, 1]`` (1 fully corrects the bias);
-            it can be changed later (``sampler.beta = 1.0``) to anneal it.
+        alpha: how strongly priorities shape the distribution (0 is uniform), ``>= 0``;
+            settable (``sampler.alpha = 0.5``).
+        beta: importance-weight exponent, ``>= 0`` (1 fully corrects the bias);
+            settable (``sampler.beta = 1.0``) to anneal it.
         eps: added to ``|priority|`` so no row has probability 0, ``> 0``.
 
     Keyword Args:
@@ -94,6 +108,8 @@ class PrioritizedSampler(Sampler):
             independent draws.
         device: TorchRL's tree device; the tree lives on the storage's device,
             so it is only checked against the storage's.
+        max_priority_within_buffer: new rows get the largest priority among the
+            rows held (TorchRL's meaning) instead of the largest ever assigned.
 
     TorchRL's spelling works as is: ``PrioritizedSampler(max_capacity=N, alpha=a,
     beta=b)`` or positionally ``PrioritizedSampler(N, a, b)``. Positional
@@ -101,10 +117,10 @@ class PrioritizedSampler(Sampler):
     when the first is an integer, in mixreplay's (``alpha, beta, eps``) otherwise.
     Called TorchRL's way (with ``max_capacity``), ``alpha`` and ``beta`` are
     required and ``eps`` defaults to TorchRL's ``1e-8``; otherwise the defaults
-    are ``alpha=0.6, beta=0.4, eps=1e-6``. TorchRL's ``dtype``, ``reduction``
-    and ``max_priority_within_buffer`` are accepted with the values that mean
-    what mixreplay does (float64, any reduction: storages are 1-D, ``False``),
-    refused with a ``TypeError`` otherwise.
+    are ``alpha=0.6, beta=0.4, eps=1e-6``. TorchRL's ``dtype`` and ``reduction``
+    are accepted with the values that mean what mixreplay does (priorities are
+    always float64; any reduction: storages are 1-D), and ``replacement=True``;
+    any other value is refused with a ``TypeError``.
 
     Examples:
         >>> import torch
@@ -137,6 +153,7 @@ class PrioritizedSampler(Sampler):
         eps: float = _UNSET,
         stratified: bool = True,
         device: torch.device | str | None = None,
+        max_priority_within_buffer: bool = False,
         **torchrl_kwargs: Any,
     ):
         given = _arguments(
@@ -165,23 +182,87 @@ class PrioritizedSampler(Sampler):
                 )
         defaults = {"alpha": 0.6, "beta": 0.4, "eps": 1e-8 if torchrl_way else 1e-6}
         given = {**defaults, **given}
-        self._alpha = check_real(given["alpha"], "PrioritizedSampler alpha", min=0.0)
+        self._alpha = _alpha(given["alpha"])
         self.beta = given["beta"]
         self._eps = check_real(given["eps"], "PrioritizedSampler eps", min=0.0, open_min=True)
         self._stratified = check_bool(stratified, "PrioritizedSampler stratified")
+        self._within = check_bool(
+            max_priority_within_buffer, "PrioritizedSampler max_priority_within_buffer"
+        )
         self._device_arg = None if device is None else _device(device)
         self._tree: SumTree | None = None
         self._filled = 0  # slots [0, _filled) hold a priority
         self._seen: int | None = 0  # the storage's write_count when last synced
         self._generation: int | None = None  # its generation then (None: adopt it)
-        self._max_priority = 1.0
+        self._max_raw: float | None = None  # the largest |priority| assigned (None: none yet)
+        self._max_priority = 1.0  # what new rows get: (_max_raw + eps) ** alpha, 1.0 at first
         self._pending: tuple[torch.Tensor, int] | None = None  # loaded before a storage was seen
+        self._lock: Any = None  # the storage's lock, taken when alpha changes the tree
 
     # -- configuration ---------------------------------------------------------------------
 
     @property
     def alpha(self) -> float:
+        """How strongly priorities shape the distribution; settable (see the class docs)."""
         return self._alpha
+
+    @alpha.setter
+    def alpha(self, value: float) -> None:
+        new = _alpha(value)
+        lock = self._lock
+        if lock is None:
+            self._set_alpha(new)
+            return
+        with lock:
+            self._set_alpha(new)
+
+    def _set_alpha(self, new: float) -> None:
+        old = self._alpha
+        if new == old:
+            return
+        tree = self._tree
+        if tree is not None:
+            held = tree.leaves[: self._filled]
+        elif self._pending is not None:
+            held = self._pending[0]
+        else:
+            held = torch.empty(0, dtype=torch.float64)
+        written = bool((held > 0).any()) if held.numel() else False
+        values = None
+        if written and old == 0.0:
+            warnings.warn(
+                f"PrioritizedSampler alpha changed away from 0 (to {new:g}) while rows hold "
+                "priorities: at alpha=0 every stored (|priority| + eps) ** alpha is 1, so the "
+                "priorities cannot be recovered; those rows are sampled uniformly until their "
+                "priority is next updated",
+                UserWarning,
+                stacklevel=3,
+            )
+        elif written:
+            values = torch.where(held > 0, held.pow(new / old), held)
+            capacity = tree.capacity if tree is not None else max(held.numel(), 1)
+            largest = _largest(capacity)
+            top = float(values.max())
+            if not top <= largest:
+                raise ValueError(
+                    f"PrioritizedSampler alpha={new:g} would raise the largest stored "
+                    f"(|priority| + eps) ** alpha to {top:.4g}, more than a tree of {capacity} "
+                    f"slots can sum (at most {largest:.4g}); scale the priorities down, only "
+                    "their ratios matter"
+                )
+        # -- nothing below can fail
+        if values is not None:
+            if tree is not None:
+                tree.set_leaves(values)
+            else:
+                assert self._pending is not None
+                self._pending = (values, self._pending[1])
+        self._alpha = new
+        self._max_priority = self._from_raw(self._max_raw)
+
+    def _from_raw(self, raw: float | None) -> float:
+        """The ``p`` of a raw priority (1.0 for ``None``: none assigned yet)."""
+        return 1.0 if raw is None else (raw + self._eps) ** self._alpha
 
     @property
     def eps(self) -> float:
@@ -189,11 +270,17 @@ class PrioritizedSampler(Sampler):
 
     @property
     def beta(self) -> float:
+        """The importance-weight exponent, ``>= 0``; settable (annealing)."""
         return self._beta
 
     @beta.setter
     def beta(self, value: float) -> None:
-        self._beta = check_real(value, "PrioritizedSampler beta", min=0.0, max=1.0)
+        self._beta = check_real(value, "PrioritizedSampler beta", min=0.0)
+
+    @property
+    def max_priority_within_buffer(self) -> bool:
+        """Whether new rows get the largest priority held (else the largest ever assigned)."""
+        return self._within
 
     @property
     def stratified(self) -> bool:
@@ -211,8 +298,21 @@ class PrioritizedSampler(Sampler):
 
     @property
     def max_priority(self) -> float:
-        """The largest ``(|priority| + eps) ** alpha`` assigned so far; new rows get it."""
+        """The ``(|priority| + eps) ** alpha`` new rows get: the largest assigned so far,
+        or with ``max_priority_within_buffer`` the largest the rows held have (1.0 at first)."""
+        if self._within and self._tree is not None:
+            top = float(self._tree.max_tensor())
+            return top if top > 0 else 1.0
         return self._max_priority
+
+    @property
+    def default_priority(self) -> float:
+        """TorchRL's name: the raw priority new rows get, before ``(p + eps) ** alpha``."""
+        if self._within and self._tree is not None:
+            top = float(self._tree.max_tensor())
+            if top > 0 and self._alpha > 0:
+                return max(top ** (1.0 / self._alpha) - self._eps, 0.0)
+        return 1.0 if self._max_raw is None else self._max_raw
 
     @property
     def tree(self) -> SumTree | None:
@@ -220,12 +320,28 @@ class PrioritizedSampler(Sampler):
         return self._tree
 
     def config(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "alpha": self._alpha,
             "beta": self._beta,
             "eps": self._eps,
             "stratified": self._stratified,
         }
+        if self._within:  # only when set: checkpoints saved before it existed still match
+            out["max_priority_within_buffer"] = True
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_lock": None}  # a lock does not pickle; attach sets it again
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # samplers pickled before these fields existed
+        state.setdefault("_within", False)
+        state.setdefault("_lock", None)
+        if "_max_raw" not in state:
+            state["_max_raw"] = _raw_of(
+                state.get("_max_priority", 1.0), state.get("_alpha", 1.0), state.get("_eps", 0.0)
+            )
+        self.__dict__.update(state)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
@@ -247,6 +363,7 @@ class PrioritizedSampler(Sampler):
     def attach(self, storage: Storage) -> None:
         """Size the tree by ``storage`` (checked against ``max_capacity``) and put it on its device."""
         self._bind(storage)
+        self._lock = storage.lock
 
     def _bind(self, storage: Storage) -> SumTree:
         capacity, device = storage.max_size, storage.device
@@ -270,7 +387,7 @@ class PrioritizedSampler(Sampler):
                     f"storage of max_size {pending[1]}, this storage has {capacity}; build the "
                     "storage with the saved capacity"
                 )
-            tree = SumTree(capacity, device=device)
+            tree = SumTree(capacity, device=device, track_max=self._within)
             if pending is not None:
                 tree.set_leaves(pending[0])
                 self._pending = None
@@ -299,7 +416,8 @@ class PrioritizedSampler(Sampler):
         written, generation = storage.write_count, storage.generation
         if self._generation is not None and generation != self._generation:
             # the rows were restored or emptied without this sampler's state: no priority is known
-            values = torch.full((n,), self._max_priority, dtype=torch.float64, device=tree.device)
+            p = 1.0 if self._within else self._max_priority
+            values = torch.full((n,), p, dtype=torch.float64, device=tree.device)
             tree.set_leaves(values)
         else:
             if n < filled:  # the storage was emptied
@@ -310,7 +428,7 @@ class PrioritizedSampler(Sampler):
                 new = min(written - seen, n) if seen is not None and written > seen else n
                 cursor = storage.cursor
                 slots = torch.arange(cursor - new, cursor, device=tree.device) % cap
-                tree.assign(slots, _scalar(self._max_priority, tree))
+                self._assign_new(tree, slots)
         self._filled, self._seen, self._generation = n, written, generation
         return tree
 
@@ -324,10 +442,19 @@ class PrioritizedSampler(Sampler):
             and self._seen + k == storage.write_count
             and len(storage) == min(tree.capacity, self._filled + k)
         ):
-            tree.assign(index.reshape(-1).to(tree.device), _scalar(self._max_priority, tree))
+            self._assign_new(tree, index.reshape(-1).to(tree.device))
             self._filled, self._seen = len(storage), storage.write_count
         else:
             self._sync(storage)
+
+    def _assign_new(self, tree: SumTree, slots: torch.Tensor) -> None:
+        """Give freshly written slots the priority of new rows."""
+        if not self._within:
+            tree.assign(slots, _scalar(self._max_priority, tree))
+            return
+        tree.assign(slots, _scalar(0.0, tree))  # the rows they overwrote leave the buffer
+        top = tree.max_tensor()
+        tree.assign(slots, torch.where(top > 0, top, torch.ones_like(top)))
 
     # -- sampling --------------------------------------------------------------------------
 
@@ -361,6 +488,8 @@ class PrioritizedSampler(Sampler):
         self, index: torch.Tensor, priority: torch.Tensor, *, positions: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, float]:
         """Validate an update without applying it; return it ready for :meth:`apply_priority`.
+
+        The returned value is opaque: pass it to :meth:`apply_priority` of this sampler.
 
         Args:
             index: int slots, as returned by :meth:`sample`.
@@ -398,11 +527,11 @@ class PrioritizedSampler(Sampler):
             p = p.pow_(self._alpha)
         largest = _largest(tree.capacity if tree is not None else 1)
         if p.numel():
-            lo, hi = (float(x) for x in torch.aminmax(p))
+            lo, hi, hi_raw = torch.stack([p.min(), p.max(), raw.abs().max()]).tolist()  # one sync
             if not (lo > 0.0 and hi <= largest):  # NaN fails both
                 self._priority_error(raw, p, largest, positions)
         else:
-            hi = 0.0
+            hi_raw = 0.0
         if index.numel():
             if tree is None and self._pending is not None:
                 raise IndexError(
@@ -419,7 +548,7 @@ class PrioritizedSampler(Sampler):
                 )
         if p.numel() == 1:
             p = p.expand(index.numel())
-        return index, p, hi
+        return index, p, hi_raw
 
     def _priority_error(
         self,
@@ -466,14 +595,18 @@ class PrioritizedSampler(Sampler):
 
     def apply_priority(self, checked: tuple[torch.Tensor, torch.Tensor, float]) -> None:
         """Apply an update :meth:`check_priority` returned."""
-        index, p, hi = checked
+        index, p, hi_raw = checked
         if index.numel() == 0:
             return
         tree = self._tree
         assert tree is not None  # check_priority found rows, so the tree exists
         tree.assign(index, p)
-        if hi > self._max_priority:
-            self._max_priority = hi
+        # new rows get max(1.0, the largest assigned), as TorchRL's buffers do (their writes
+        # assign the default 1.0 before any update)
+        current = self._max_raw if self._max_raw is not None else 1.0 - self._eps
+        if hi_raw > current:
+            self._max_raw = hi_raw
+            self._max_priority = self._from_raw(hi_raw)
 
     def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:
         """Set the priorities of slots ``index`` to ``(|priority| + eps) ** alpha``.
@@ -491,7 +624,7 @@ class PrioritizedSampler(Sampler):
     # -- state -----------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The priorities of the filled slots (on CPU), the running max and the config."""
+        """The priorities of the filled slots (on CPU), the running max, ``alpha`` and ``beta``."""
         tree = self._tree
         if tree is not None:
             priorities, capacity = tree.leaves[: self._filled].cpu().clone(), tree.capacity
@@ -503,6 +636,8 @@ class PrioritizedSampler(Sampler):
             "priorities": priorities,
             "capacity": capacity,
             "max_priority": self._max_priority,
+            "max_raw": self._max_raw,
+            "alpha": self._alpha,
             "beta": self._beta,
             "write_count": -1 if self._seen is None else self._seen,
         }
@@ -512,9 +647,11 @@ class PrioritizedSampler(Sampler):
         :class:`~mixreplay.CheckpointError` (a ``ValueError``) and changes nothing.
 
         The saved capacity must be this sampler's (its storage's ``max_size``, or
-        ``max_capacity``); it never sizes an allocation by itself.
+        ``max_capacity``); it never sizes an allocation by itself. The saved ``alpha``
+        and ``beta`` replace this sampler's (they may have been annealed); a state
+        saved before they were kept leaves them as constructed.
         """
-        priorities, capacity, max_priority, seen, beta = self._check_state(state)
+        priorities, capacity, max_priority, seen, alpha, beta, max_raw = self._check_state(state)
         known = self._tree.capacity if self._tree is not None else self._max_capacity
         if capacity and known is not None and capacity != known:
             raise CheckpointError(
@@ -526,19 +663,27 @@ class PrioritizedSampler(Sampler):
         if self._tree is not None:
             self._tree.set_leaves(priorities)
         elif capacity and self._max_capacity is not None:
-            tree = SumTree(self._max_capacity)  # sized by the constructor, never by the state
+            # sized by the constructor, never by the state
+            tree = SumTree(self._max_capacity, track_max=self._within)
             tree.set_leaves(priorities)
             self._tree = tree
         else:  # no storage seen yet: the tree is sized (and the capacity checked) on attach
             self._pending = (priorities, capacity) if capacity else None
         self._filled = priorities.numel()
+        if alpha is not None:
+            self._alpha = alpha
         self._max_priority = max_priority
+        self._max_raw = (
+            max_raw if "max_raw" in state else _raw_of(max_priority, self._alpha, self._eps)
+        )
         self._seen = seen
         self._generation = None  # the restored priorities describe the storage as it is now
         if beta is not None:
             self._beta = beta
 
-    def _check_state(self, state: Any) -> tuple[torch.Tensor, int, float, int | None, float | None]:
+    def _check_state(
+        self, state: Any
+    ) -> tuple[torch.Tensor, int, float, int | None, float | None, float | None, float | None]:
         def bad(what: str) -> CheckpointError:
             return CheckpointError(f"PrioritizedSampler state: {what}")
 
@@ -548,7 +693,8 @@ class PrioritizedSampler(Sampler):
         if missing:
             raise CheckpointError(
                 f"PrioritizedSampler state lacks {missing[0]!r}; expected keys "
-                f"['beta', 'capacity', 'max_priority', 'priorities', 'write_count'], got {sorted(state)}"
+                "['alpha', 'beta', 'capacity', 'max_priority', 'max_raw', 'priorities', "
+                f"'write_count'], got {sorted(state)}"
             )
         priorities = state["priorities"]
         if not isinstance(priorities, torch.Tensor) or priorities.dtype.is_complex:
@@ -578,13 +724,42 @@ class PrioritizedSampler(Sampler):
                 f"** alpha is positive), got {max_priority!r}"
             )
         seen = _state_int(state.get("write_count", priorities.numel()), "write_count", bad, lo=-1)
-        beta = state.get("beta")
-        if beta is not None:
-            try:
-                beta = check_real(beta, "PrioritizedSampler state 'beta'", min=0.0, max=1.0)
-            except (TypeError, ValueError) as err:
-                raise bad(str(err)) from None
-        return priorities, capacity, float(max_priority), (None if seen < 0 else seen), beta
+        values: dict[str, float | None] = {}
+        for name in ("alpha", "beta", "max_raw"):
+            value = state.get(name)
+            if value is not None:
+                try:
+                    value = check_real(value, f"PrioritizedSampler state {name!r}", min=0.0)
+                except (TypeError, ValueError) as err:
+                    raise bad(str(err)) from None
+            values[name] = value
+        return (
+            priorities,
+            capacity,
+            float(max_priority),
+            (None if seen < 0 else seen),
+            values["alpha"],
+            values["beta"],
+            values["max_raw"],
+        )
+
+
+def _alpha(value: Any) -> float:
+    out = check_real(value, "PrioritizedSampler alpha")
+    if out < 0:  # TorchRL's wording
+        raise ValueError(
+            f"PrioritizedSampler alpha must be greater or equal than 0, got alpha={out!r} "
+            "(0 samples uniformly, 1 in proportion to priority)"
+        )
+    return out
+
+
+def _raw_of(p: Any, alpha: Any, eps: Any) -> float | None:
+    """The raw priority whose ``(raw + eps) ** alpha`` is ``p`` (``None`` for the initial 1.0,
+    or when ``alpha`` is 0 and nothing can be recovered): for states saved before ``max_raw``."""
+    if p == 1.0 or not alpha:
+        return None
+    return max(float(p) ** (1.0 / float(alpha)) - float(eps), 0.0)
 
 
 def _arguments(args: tuple[Any, ...], keywords: dict[str, Any]) -> dict[str, Any]:
@@ -622,9 +797,7 @@ def _is_int(value: Any) -> bool:
 
 
 def _state_int(value: Any, name: str, bad: Any, lo: int = 0) -> int:
-    if isinstance(value, bool) or not _is_int(value) or operator.index(value) < lo:
-        raise bad(f"{name!r} must be an int >= {lo}, got {describe(value)}")
-    return operator.index(value)
+    return check_saved_int(value, repr(name), min=lo, error=bad)
 
 
 def _device(device: Any) -> torch.device:

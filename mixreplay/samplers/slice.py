@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-from mixreplay._validate import check_int
+from mixreplay._validate import check_bool, check_int
 from mixreplay.errors import EmptyBufferError
 from mixreplay.samplers._torchrl import Table, check_torchrl_kwargs
 from mixreplay.samplers.base import Sampler
@@ -16,17 +17,26 @@ from mixreplay.storages.base import Storage
 
 __all__ = ["SliceSampler"]
 
+log = logging.getLogger(__name__)
+
 Key = tuple[str, ...]  # a normalized nested key
 
-#: where episode ends are looked for, in order, when neither key is given
+#: where episode ends are looked for, in order, when no key is given and no episode id is found
 _END_KEYS: tuple[Key, ...] = (("next", "done"), ("done",))
+#: episode-id keys looked for, in order, when no key is given (TorchRL's: collectors, datasets)
+_ID_KEYS: tuple[Key, ...] = (("collector", "traj_ids"), ("episode",))
+_DEFAULT_TRUNCATED: Key = ("next", "truncated")
+_DEFAULT_INIT: Key = ("is_init",)
+_MASK: Key = ("collector", "mask")
+_UNIFORM = ("trajectories", "starts")
 
 #: TorchRL 0.14 SliceSampler arguments mixreplay does not implement
 _TORCHRL: Table = {
     "replacement": (
         (True,),
-        "slices are drawn with replacement; for one pass over the rows use "
-        "SamplerWithoutReplacement (rows, not slices)",
+        "slices are drawn with replacement (TorchRL's replacement=False builds a "
+        "SliceSamplerWithoutReplacement, which mixreplay does not have); for one pass over "
+        "the rows use SamplerWithoutReplacement (rows, not slices)",
     ),
     "step_key": (
         ("step_count", None),
@@ -37,27 +47,17 @@ _TORCHRL: Table = {
         "slices run over consecutive slots: extend each env's steps consecutively "
         "(rb.extend(data.reshape(-1)) of a [N, T] batch goes env by env)",
     ),
-    "ends": ((None,), "boundaries are read from the rows (end_key= or episode_key=)"),
-    "trajectories": ((None,), "boundaries are read from the rows (episode_key= or end_key=)"),
+    "ends": ((None,), "boundaries are read from the rows (end_key= or traj_key=)"),
+    "trajectories": ((None,), "boundaries are read from the rows (traj_key= or end_key=)"),
     "cache_values": (
         (False, True),
         "boundaries are always cached and rebuilt when the storage changes",
     ),
-    "truncated_key": (
-        (None,),
-        "the sampler returns slots and writes nothing into the batch; the last step of "
-        "slice k is row (k + 1) * slice_len - 1 of the batch",
-    ),
-    "init_key": (
-        (None,),
-        "the sampler returns slots and writes nothing into the batch; the first step of "
-        "slice k is row k * slice_len of the batch",
-    ),
-    "strict_length": ((True,), "every slice is whole: episodes shorter than a slice are skipped"),
-    "pad_output": ((False,), "every slice is whole, so there is nothing to pad"),
     "compile": ((False, True), "there is nothing to compile"),
-    "span": ((False, 0), "slices never run past an episode's first or last step"),
-    "use_gpu": ((False,), "the index lives on the storage's device"),
+    "use_gpu": (
+        (False, True),
+        "the index lives on the storage's device (use_gpu only moves where TorchRL computes it)",
+    ),
 }
 
 
@@ -76,35 +76,77 @@ def _show(key: Key | None) -> Any:
     return key if key is None or len(key) > 1 else key[0]
 
 
+def _replace_last(key: Key, last: str) -> Key:
+    return (*key[:-1], last)
+
+
+def _span_side(value: Any, what: str) -> bool | int:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value >= 0:
+        return value or False  # 0 spans nothing
+    raise TypeError(
+        f"SliceSampler span's {what} side must be a bool or an int >= 0, got {value!r}; "
+        "span=(left, right), e.g. span=True or span=(False, 2)"
+    )
+
+
+class _Draw(NamedTuple):
+    """What the last draw was made of (for :meth:`SliceSampler.info`)."""
+
+    rows: int  # rows returned
+    starts: torch.Tensor  # position in the batch of each slice's first row
+    ends: torch.Tensor  # position in the batch of each slice's last real row
+    mask: torch.Tensor | None  # real (True) or padding (False) per row, when padded
+
+
 class SliceSampler(Sampler):
-    """Draws runs of consecutive steps, each within one episode.
+    """Draws runs of consecutive steps, each within one episode (TorchRL's meaning).
 
     With ``slice_len=L`` a batch of ``n`` rows holds ``n // L`` slices of ``L``
-    steps; with ``num_slices=S`` (TorchRL's alternative) it holds ``S`` slices of
-    ``n // S`` steps. The slices lie one after the other: rows
-    ``[k * L, (k + 1) * L)`` are the steps ``t, t + 1, ...`` of one episode, in
-    time order. Every valid start is equally likely (so longer episodes supply
-    more slices), drawn with replacement.
+    steps; with ``num_slices=S`` it holds ``S`` slices of ``n // S`` steps. The
+    slices lie one after the other, each in time order. As in TorchRL, each slice
+    picks an episode uniformly among those long enough, then a start uniformly
+    within it (``uniform_over="starts"``, mixreplay's alternative: every valid
+    start equally likely, so longer episodes supply more slices).
 
-    Episode boundaries come from ``episode_key`` (a per-row episode id: a
-    boundary wherever it changes; TorchRL calls it ``traj_key``) or else from an
-    end flag (``True`` on the last step of an episode): ``end_key``, by default
-    ``("next", "done")`` (TorchRL's layout) or, when absent, ``"done"``; or
-    ``end_keys``, several flags OR-ed together (those absent are skipped). A
-    slice may end on a step flagged done but never runs past it.
+    Episode boundaries, as TorchRL finds them: from ``traj_key`` (an episode id
+    per row: a boundary wherever it changes; mixreplay's name ``episode_key``),
+    or from end flags (``True`` on the last step of an episode): ``end_key``, or
+    ``end_keys`` (several flags OR-ed together, absent ones skipped). With no key
+    given, the first of ``("collector", "traj_ids")`` and ``"episode"`` present
+    is the id, else the flag ``("next", "done")`` (or, mixreplay's addition,
+    ``"done"``). A given key that is absent falls back to the other kind, as in
+    TorchRL (a given ``traj_key`` to the end flags, a given end key to the ids);
+    no boundary at all is a ``KeyError`` naming what was looked for.
 
     In a ring that has wrapped, time runs from the oldest row (at the write
     cursor) to the newest (just before it); a slice never runs across the
     cursor. The oldest, partly overwritten episode is usable from its first
     retained step, and the episode in progress up to its newest step.
 
-    Cost: the sampler keeps, per slot, whether a slice may start there. It
-    notices writes through the storage's ``write_count`` (and restores through
-    its ``generation``), so ``extend`` costs nothing extra: the next draw
-    updates ``O(k + L)`` entries for ``k`` rows written since (a restore or a
-    write of most of the ring: one ``O(len)`` rebuild). A draw proposes starts
-    uniformly over the rows and keeps the valid ones; when fewer than one row in
-    eight can start a slice, it draws from the list of valid starts instead.
+    Shorter slices (TorchRL's arguments): with ``strict_length=False`` an
+    episode shorter than a slice is drawn too, whole, so a batch may hold fewer
+    rows than asked; ``pad_output=True`` then repeats each short slice's last
+    row up to the slice length and marks real rows in ``("collector", "mask")``.
+    ``span=(left, right)`` lets slices start before an episode's first step or
+    run past its last, cut short there (``True``: down to one step; an int ``i``:
+    ``L - i`` steps or more on the left, ``i + 1`` or more on the right, TorchRL's
+    arithmetic). A sampler that may return fewer rows (``variable_length``)
+    cannot serve a mixing buffer, which needs exact shares.
+
+    ``rb.sample(n, return_info=True)`` adds TorchRL's per-row entries to the
+    info: ``truncated_key`` (default ``("next", "truncated")``) is ``True`` on the
+    last step of each slice, with ``done`` (the stored flag OR truncated) and
+    ``terminated`` (stored, or ``False``) beside it; ``init_key`` (default
+    ``"is_init"``), when the rows hold it, is the stored flag OR the first step of
+    each slice; the mask when padded. The batch itself holds the rows as stored.
+
+    Cost: the sampler keeps, per slot, where episodes end and where a slice may
+    start; it notices writes through the storage's ``write_count`` (and restores
+    through its ``generation``): the next draw updates ``O(k + L)`` entries for
+    ``k`` rows written since. Drawing by episode lists the episodes once per
+    change of the rows (``O(len)``).
 
     Args:
         slice_len: steps per slice, ``>= 1``: the sampling unit of the buffer
@@ -112,28 +154,36 @@ class SliceSampler(Sampler):
 
     Keyword Args:
         num_slices: slices per draw instead of ``slice_len`` (exclusive with it).
-        episode_key: key of an integer episode id per row (alias: ``traj_key``).
-        end_key: key of a boolean end-of-episode flag per row (ignored with
-            ``episode_key``); exclusive with ``end_keys``.
+        traj_key: key of an episode id per row (alias: ``episode_key``).
+        end_key: key of a boolean end-of-episode flag per row; exclusive with ``end_keys``.
         end_keys: several end-flag keys, OR-ed together.
+        strict_length: only episodes at least a slice long (default), or all of them.
+        pad_output: pad short slices to the slice length (needs ``strict_length=False``).
+        span: ``bool``, ``int`` or ``(left, right)``: slices may run past episode edges.
+        truncated_key: where the info marks each slice's last step (``None``: no such entries).
+        init_key: where the info marks each slice's first step (``None``: leave it out).
+        uniform_over: ``"trajectories"`` (TorchRL's) or ``"starts"``.
 
     TorchRL's other arguments are accepted with the values that mean what
-    mixreplay does (``strict_length=True``, ``cache_values``, ``compile``, ...)
-    and refused with a ``TypeError`` naming the mixreplay way otherwise.
+    mixreplay does (``cache_values``, ``compile``, ``use_gpu``, ...) and refused
+    with a ``TypeError`` naming the mixreplay way otherwise.
 
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
         >>> from mixreplay import LazyTensorStorage, ReplayBuffer
         >>> from mixreplay.samplers import SliceSampler
-        >>> done = torch.tensor([0, 0, 1, 0, 0, 0, 1, 0, 0, 1], dtype=torch.bool).unsqueeze(-1)
-        >>> rows = TensorDict({"t": torch.arange(10), "next": {"done": done}}, [10])
-        >>> rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=SliceSampler(3), generator=0)
+        >>> episode = torch.tensor([0, 0, 0, 1, 1, 1, 1, 2, 2, 2])
+        >>> rows = TensorDict({"t": torch.arange(10), "episode": episode}, [10])
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=SliceSampler(3), generator=5)
         >>> _ = rb.extend(rows)
-        >>> rb.sample(6)["t"].view(2, 3).tolist()
-        [[4, 5, 6], [3, 4, 5]]
-        >>> SliceSampler(slice_len=3, traj_key="episode")  # TorchRL's spelling
-        SliceSampler(slice_len=3, episode_key='episode', end_key=None)
+        >>> batch, info = rb.sample(6, return_info=True)
+        >>> batch["t"].view(2, 3).tolist()  # two slices, each inside one episode
+        [[4, 5, 6], [0, 1, 2]]
+        >>> info["next", "truncated"].view(2, 3).tolist()
+        [[False, False, True], [False, False, True]]
+        >>> rb.sampler.traj_key  # found by itself, as TorchRL does
+        'episode'
     """
 
     def __init__(
@@ -145,6 +195,12 @@ class SliceSampler(Sampler):
         traj_key: Any = None,
         end_key: Any = None,
         end_keys: Any = None,
+        strict_length: bool = True,
+        pad_output: bool = False,
+        span: Any = False,
+        truncated_key: Any = _DEFAULT_TRUNCATED,
+        init_key: Any = "is_init",
+        uniform_over: str = "trajectories",
         **torchrl_kwargs: Any,
     ):
         check_torchrl_kwargs("SliceSampler", torchrl_kwargs, _TORCHRL)
@@ -165,11 +221,15 @@ class SliceSampler(Sampler):
                 "episode_key and traj_key are the same argument (mixreplay's and TorchRL's name); "
                 "pass one of them"
             )
-        self.episode_key = _key(episode_key if episode_key is not None else traj_key, "episode_key")
+        self.episode_key = (
+            _key(episode_key, "episode_key")
+            if episode_key is not None
+            else _key(traj_key, "traj_key")
+        )
         if end_key is not None and end_keys is not None:
-            raise TypeError(
-                "end_key and end_keys are exclusive: pass one flag key as end_key=, or several "
-                "(OR-ed together) as end_keys="
+            raise RuntimeError(  # TorchRL's exception
+                "end_key and end_keys are exclusive arguments: pass one flag key as end_key=, or "
+                "several (OR-ed together) as end_keys="
             )
         self.end_key = _key(end_key, "end_key")
         self.end_keys: tuple[Key, ...] | None = None
@@ -180,7 +240,49 @@ class SliceSampler(Sampler):
             if not keys or any(k is None for k in keys):
                 raise TypeError(f"end_keys must be a non-empty list of keys, got {end_keys!r}")
             self.end_keys = keys  # type: ignore[assignment]
+        self.strict_length = check_bool(strict_length, "SliceSampler strict_length")
+        self.pad_output = check_bool(pad_output, "SliceSampler pad_output")
+        if self.pad_output and self.strict_length:
+            raise ValueError(
+                "pad_output=True is incompatible with strict_length=True: padding only happens "
+                "when short trajectories are kept, which requires strict_length=False"
+            )
+        pair = span if isinstance(span, (tuple, list)) else (span, span)
+        if len(pair) != 2:
+            raise TypeError(
+                f"SliceSampler span must be a bool, an int or (left, right), got {span!r}"
+            )
+        self.span: tuple[bool | int, bool | int] = (
+            _span_side(pair[0], "left"),
+            _span_side(pair[1], "right"),
+        )
+        L = self.slice_len
+        for side, value in zip(("left", "right"), self.span, strict=True):
+            if L is not None and value is not True and value and value >= L:
+                raise ValueError(
+                    f"SliceSampler span's {side} side {value} must be lower than slice_len={L} "
+                    "(TorchRL: the right and left span must be strictly lower than the sequence "
+                    "length)"
+                )
+        self.truncated_key = _key(truncated_key, "truncated_key")
+        self.init_key = _key(init_key, "init_key")
+        if uniform_over not in _UNIFORM:
+            raise ValueError(
+                f"SliceSampler uniform_over must be 'trajectories' (TorchRL's: each episode "
+                f"long enough equally likely) or 'starts' (each valid start equally likely), "
+                f"got {uniform_over!r}"
+            )
+        self.uniform_over = uniform_over
+        if uniform_over == "starts" and not (self.strict_length and not any(self.span)):
+            raise ValueError(
+                "SliceSampler(uniform_over='starts') draws whole slices only: it cannot be "
+                "combined with strict_length=False, pad_output or span; use "
+                "uniform_over='trajectories' (TorchRL's) for those"
+            )
+        self.variable_length = not self.pad_output and (not self.strict_length or any(self.span))
+        self._used: tuple[str, tuple[Key, ...]] | None = None  # boundaries found last
         self._indexes: dict[int, _SliceIndex] = {}
+        self._last: _Draw | None = None
 
     def config(self) -> dict[str, Any]:
         out: dict[str, Any] = (
@@ -192,47 +294,108 @@ class SliceSampler(Sampler):
         out["end_key"] = _show(self.end_key)
         if self.end_keys is not None:
             out["end_keys"] = [_show(k) for k in self.end_keys]
+        # TorchRL's options, only when they differ from their defaults (so checkpoints saved
+        # before they existed still match), then how slices are drawn, always
+        if not self.strict_length:
+            out["strict_length"] = False
+        if self.pad_output:
+            out["pad_output"] = True
+        if any(self.span):
+            out["span"] = list(self.span)
+        if self.truncated_key != _DEFAULT_TRUNCATED:
+            out["truncated_key"] = _show(self.truncated_key)
+        if self.init_key != _DEFAULT_INIT:
+            out["init_key"] = _show(self.init_key)
+        out["uniform_over"] = self.uniform_over
         return out
+
+    @property
+    def traj_key(self) -> Any:
+        """TorchRL's name: the episode-id key in use (found by itself when none was given)."""
+        used = self._used
+        if used is not None and used[0] == "ids":
+            return _show(used[1][0])
+        return _show(self.episode_key)
 
     def __getstate__(self) -> dict[str, Any]:
         # the per-slot index is a cache of the storage's content: rebuilt, never pickled
-        return {**self.__dict__, "_indexes": {}}
+        return {**self.__dict__, "_indexes": {}, "_last": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # samplers pickled before TorchRL's options existed drew uniformly over starts
+        defaults = {
+            "strict_length": True,
+            "pad_output": False,
+            "span": (False, False),
+            "truncated_key": _DEFAULT_TRUNCATED,
+            "init_key": _DEFAULT_INIT,
+            "uniform_over": "starts",
+            "variable_length": False,
+            "_used": None,
+            "_last": None,
+        }
+        self.__dict__.update({**defaults, **state})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Nothing to restore; drops every index derived from the rows (rebuilt on the next draw)."""
         self._indexes = {}
+        self._last = None
 
     # -- episode structure -----------------------------------------------------------------
 
-    def _ids(self, column: torch.Tensor, m: int) -> torch.Tensor:
-        key = format_key(self.episode_key or ())
-        if column.dtype.is_floating_point or column.dtype == torch.bool or column.dtype.is_complex:
-            raise TypeError(f"episode_key {key} must hold integer episode ids, got {column.dtype}")
+    def _ids(self, column: torch.Tensor, m: int, key: Key) -> torch.Tensor:
+        if column.dtype.is_complex:
+            raise TypeError(
+                f"traj_key {format_key(key)} must hold real episode ids, got {column.dtype}"
+            )
         ids = column.reshape(m, -1)
         if ids.shape[1] != 1:
             raise TypeError(
-                f"episode_key {key} must hold one id per row, got shape "
+                f"traj_key {format_key(key)} must hold one id per row, got shape "
                 f"{list(column.shape[1:])} per row"
             )
         return ids[:, 0]
 
-    def _end_keys(self, storage: Storage) -> tuple[Key, ...]:
-        """The end-flag keys present in ``storage`` (a clear ``KeyError`` when there is none)."""
+    def _resolve(self, storage: Storage) -> tuple[str, tuple[Key, ...]]:
+        """Where the episode boundaries come from: ``("ids", (key,))`` or ``("ends", keys)``.
+
+        TorchRL's order: a given traj_key, else given end keys, else an id key found in
+        the rows, else the end flag; a given key that is absent falls back to the other kind.
+        """
         schema = storage.schema
         have = set() if schema is None else {f.key for f in schema.fields}
         if self.end_keys is not None:
-            keys = tuple(k for k in self.end_keys if k in have)
-            wanted = self.end_keys
+            ends: tuple[Key, ...] = tuple(k for k in self.end_keys if k in have)
+            wanted_ends: tuple[Key, ...] = self.end_keys
         else:
-            wanted = (self.end_key,) if self.end_key is not None else _END_KEYS
-            keys = next(((k,) for k in wanted if k in have), ())
-        if not keys:
-            raise KeyError(
-                f"SliceSampler needs episode boundaries: none of the keys "
-                f"[{', '.join(format_key(k) for k in wanted)}] is in the storage. Pass end_key= "
-                "(a done flag per row) or episode_key= (an episode id per row)"
-            )
-        return keys
+            wanted_ends = (self.end_key,) if self.end_key is not None else _END_KEYS
+            ends = next(((k,) for k in wanted_ends if k in have), ())
+        wanted_ids = (self.episode_key,) if self.episode_key is not None else _ID_KEYS
+        ids: tuple[Key, ...] = next(((k,) for k in wanted_ids if k in have), ())
+        given_ends = self.end_key is not None or self.end_keys is not None
+        order: tuple[tuple[str, tuple[Key, ...]], ...]
+        if self.episode_key is not None or not given_ends:
+            order = (("ids", ids), ("ends", ends))
+        else:
+            order = (("ends", ends), ("ids", ids))
+        for kind, keys in order:
+            if keys:
+                if self.episode_key is not None and kind == "ends":
+                    log.info(
+                        "SliceSampler: traj_key %s is not in the storage; episode boundaries "
+                        "come from the end flags %s (as in TorchRL)",
+                        format_key(self.episode_key),
+                        ", ".join(format_key(k) for k in keys),
+                    )
+                self._used = (kind, keys)
+                return kind, keys
+        known = ", ".join(format_key(k) for k in sorted(have, key=str))
+        looked = ", ".join(format_key(k) for k in (*wanted_ids, *wanted_ends))
+        raise KeyError(
+            f"SliceSampler needs episode boundaries: none of the keys [{looked}] is in the "
+            f"storage (keys: [{known}]). Pass traj_key= (an episode id per row) or end_key= "
+            "(a done flag per row)"
+        )
 
     def _length(self, n: int) -> int:
         if self.slice_len is not None:
@@ -250,7 +413,14 @@ class SliceSampler(Sampler):
                 f"SliceSampler draws num_slices={S} slices of n // {S} steps: n={n} is not a "
                 f"positive multiple of {S}; ask for a multiple of {S}, e.g. {max(S, n - n % S)}"
             )
-        return n // S
+        L = n // S
+        for side, value in zip(("left", "right"), self.span, strict=True):
+            if value is not True and value and value >= L:
+                raise ValueError(
+                    f"SliceSampler span's {side} side {value} must be lower than the {L} steps "
+                    f"of a slice (n={n} // num_slices={S})"
+                )
+        return L
 
     def _too_short_message(self, storage: Storage, L: int) -> str:
         n = len(storage)
@@ -258,7 +428,8 @@ class SliceSampler(Sampler):
         what = f"slice_len={L}" if self.slice_len is not None else f"{L} steps"
         return (
             f"cannot draw slices of {what}: no episode among the {n} rows is that long (longest: {longest} "
-            f"steps); collect more steps or lower {'slice_len' if self.slice_len else 'the batch'}"
+            f"steps); collect more steps, lower {'slice_len' if self.slice_len else 'the batch'}, "
+            "or pass strict_length=False"
         )
 
     # -- the per-slot index ----------------------------------------------------------------
@@ -276,16 +447,18 @@ class SliceSampler(Sampler):
     def available(self, storage: Storage) -> int:
         """How many slices could start in ``storage`` now (0 until an episode is long enough).
 
-        With ``num_slices`` the slice length depends on the draw: every row counts.
+        With ``num_slices``, or when short episodes are drawn too, every row counts.
         """
         n, L = len(storage), self.slice_len
-        if L is None or L == 1 or n < L:
-            return n if L is None or L == 1 else 0
+        if L is None or L == 1 or not self.strict_length or any(self.span):
+            return n
+        if n < L:
+            return 0
         with storage.lock:
             return self._index(storage, L).count
 
     def _valid_start_slots(self, storage: Storage, L: int | None = None) -> torch.Tensor:
-        """Every slot a slice may start at, ascending (``O(len)``; for tests)."""
+        """Every slot a whole slice may start at, ascending (``O(len)``; for tests)."""
         L = L if L is not None else self.slice_len
         assert L is not None
         n = len(storage)
@@ -303,10 +476,25 @@ class SliceSampler(Sampler):
         if size == 0:
             raise EmptyBufferError("cannot sample: the source holds no rows; extend it first")
         k = n // L
+        if self.uniform_over == "starts":
+            index = self._sample_starts(storage, size, k, L, generator)
+        else:
+            index = self._sample_trajectories(storage, size, k, L, generator)
+        return index
+
+    def _fixed(self, k: int, L: int, device: torch.device) -> _Draw:
+        first = torch.arange(0, k * L, L, device=device)
+        return _Draw(k * L, first, first + (L - 1), None)
+
+    def _sample_starts(
+        self, storage: Storage, size: int, k: int, L: int, generator: torch.Generator
+    ) -> torch.Tensor:
+        """Every valid start equally likely (``uniform_over="starts"``)."""
         if L == 1:
-            return torch.randint(size, (k,), generator=generator, device=generator.device).to(
-                storage.device
-            )
+            out = torch.randint(size, (k,), generator=generator, device=generator.device)
+            out = out.to(storage.device)
+            self._last = self._fixed(k, 1, out.device)
+            return out
         index = self._index(storage, L) if size >= L else None
         if index is None or index.count == 0:
             raise EmptyBufferError(self._too_short_message(storage, L))
@@ -320,7 +508,132 @@ class SliceSampler(Sampler):
         t = starts.unsqueeze(1) + index.steps
         if size == index.cap:  # a full ring: a slice may wrap past the last slot
             t = t.remainder_(index.cap)
+        self._last = self._fixed(k, L, t.device)
         return t.reshape(-1)
+
+    def _sample_trajectories(
+        self, storage: Storage, size: int, k: int, L: int, generator: torch.Generator
+    ) -> torch.Tensor:
+        """An episode uniformly (among those long enough), then a start uniformly in it."""
+        index = self._index(storage, L)
+        left, right = self.span
+        gdev, cap = generator.device, index.cap
+        if self.strict_length and not left and not right:  # whole slices: the hot path
+            first, starts_in = index.whole()
+            m = first.numel()
+            if m == 0:
+                raise EmptyBufferError(self._too_short_message(storage, L))
+            # one uniform number picks the episode (integer part) and the start in it (fraction)
+            u = torch.rand(k, generator=generator, dtype=torch.float64, device=gdev)
+            u = u.to(first.device).mul_(m)
+            pick = u.to(torch.int64)
+            rel = u.sub_(pick).mul_(starts_in.index_select(0, pick)).to(torch.int64)
+            t = (first.index_select(0, pick) + rel).unsqueeze(1) + index.steps
+            if size == cap:
+                t = t.remainder_(cap)
+            self._last = self._fixed(k, L, t.device)
+            return t.reshape(-1)
+        first, lengths = index.episodes()
+        pool = index.pool(self.strict_length)
+        if pool.numel() == 0:
+            raise EmptyBufferError(self._too_short_message(storage, L))
+        device = first.device
+        pick = torch.randint(pool.numel(), (k,), generator=generator, device=gdev)
+        episode = pool[pick.to(device)]
+        length = lengths.index_select(0, episode)
+        seq = torch.clamp(length, max=L)  # steps per slice
+        # where a slice may start, relative to its episode's first step: [lo, hi)
+        if not right:
+            hi = length - seq + 1
+        elif right is True:
+            hi = length  # at least one step (TorchRL's length + 1 can draw an empty slice)
+        else:
+            hi = length - right
+        if not left:
+            lo: Any = 0
+        elif left is True:
+            lo = 1 - seq
+        else:
+            lo = -torch.clamp(seq - 1, max=left)  # a slice keeps one step at least
+        hi = torch.maximum(hi, torch.as_tensor(lo, device=device) + 1)  # one start at least
+        u = torch.rand(k, generator=generator, dtype=torch.float64, device=gdev).to(device)
+        rel = (u * (hi - lo)).floor_().to(torch.int64) + lo
+        if left:
+            seq = torch.where(rel < 0, seq + rel, seq)
+            rel = rel.clamp(min=0)
+        if right:
+            seq = torch.minimum(seq, length - rel)
+        starts = first.index_select(0, episode) + rel
+        if bool((seq == L).all()):
+            t = starts.unsqueeze(1) + index.steps
+            if size == cap:
+                t = t.remainder_(cap)
+            self._last = self._fixed(k, L, t.device)
+            if self.pad_output and index.has_short():  # TorchRL writes the mask whenever it may pad
+                self._last = self._last._replace(
+                    mask=torch.ones(k * L, dtype=torch.bool, device=t.device)
+                )
+            return t.reshape(-1)
+        if self.pad_output:
+            steps = index.steps.unsqueeze(0)
+            real = steps < seq.unsqueeze(1)  # [k, L]
+            t = starts.unsqueeze(1) + torch.minimum(steps, (seq - 1).unsqueeze(1))
+            pos = torch.arange(0, k * L, L, device=device)
+            self._last = _Draw(k * L, pos, pos + seq - 1, real.reshape(-1))
+        else:
+            total = int(seq.sum())
+            ends = seq.cumsum(0)
+            begins = ends - seq
+            offset = torch.arange(total, device=device) - torch.repeat_interleave(begins, seq)
+            t = torch.repeat_interleave(starts, seq) + offset
+            self._last = _Draw(total, begins, ends - 1, None)
+        if size == cap:
+            t = t.remainder_(cap)
+        return t.reshape(-1)
+
+    # -- TorchRL's per-row info ------------------------------------------------------------
+
+    def info(self, index: torch.Tensor, storage: Storage) -> dict[Key, torch.Tensor] | None:
+        """TorchRL's entries about the draw that returned ``index`` (see the class docs)."""
+        last = self._last
+        if last is None or last.rows != index.numel():
+            return None
+        schema = storage.schema
+        have = set() if schema is None else {f.key for f in schema.fields}
+        out: dict[Key, torch.Tensor] = {}
+        n = index.numel()
+
+        def stored(key: Key) -> torch.Tensor | None:
+            if key not in have:
+                return None
+            return storage.column(key).index_select(0, index.to(storage.device))
+
+        if self.truncated_key is not None:
+            truncated = torch.zeros(n, 1, dtype=torch.bool, device=index.device)
+            truncated[last.ends] = True
+            done_key = _replace_last(self.truncated_key, "done")
+            terminated_key = _replace_last(self.truncated_key, "terminated")
+            done = stored(done_key)
+            if done is not None and done.numel() == n:
+                truncated = truncated.view(done.shape)
+                done = done.bool() | truncated
+            else:
+                done = truncated.clone()
+            terminated = stored(terminated_key)
+            if terminated is None:
+                terminated = torch.zeros_like(truncated)
+            out[self.truncated_key] = truncated
+            out[done_key] = done
+            out[terminated_key] = terminated
+        if last.mask is not None:
+            out[_MASK] = last.mask
+        if self.init_key is not None:
+            init = stored(self.init_key)
+            if init is not None:
+                marker = torch.zeros_like(init, dtype=torch.bool)
+                marker[last.starts] = True
+                out[self.init_key] = marker | init.bool()
+        return out
 
 
 def _positive(value: Any, name: str) -> int:
@@ -369,9 +682,17 @@ class _SliceIndex:
         self.count = 0  # ok.sum()
         self.cut = self.ok = torch.empty(0, dtype=torch.bool)
         self.ids: torch.Tensor | None = None
+        self.id_key: Key | None = None
         self.keys: tuple[Key, ...] = ()
         self.steps = torch.arange(L)
         self._slots: torch.Tensor | None = None  # valid starts, cached until the next change
+        # the slot where each episode ends, oldest first: kept up to date by writes once built
+        self._ends: torch.Tensor | None = None
+        # (first slot, length) of every episode, cached until the next change, and derived views
+        self._episodes: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._pools: dict[bool, torch.Tensor] = {}  # strict -> the episodes a slice may use
+        self._whole: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._short: bool | None = None
 
     # -- following the storage -------------------------------------------------------------
 
@@ -398,36 +719,49 @@ class _SliceIndex:
         self.steps = torch.arange(L, device=device)
         self.cut = torch.ones(cap, dtype=torch.bool, device=device)
         self.ok = torch.zeros(cap, dtype=torch.bool, device=device)
-        self.ids = None
+        self.ids = self.id_key = None
         if n:
-            if sampler.episode_key is not None:
-                self.ids = torch.zeros(cap, dtype=torch.int64, device=device)
-                self.ids[:n] = sampler._ids(storage.column(sampler.episode_key), n)
+            kind, keys = sampler._resolve(storage)
+            if kind == "ids":
+                key = self.id_key = keys[0]
+                column = sampler._ids(storage.column(key), n, key)
+                self.ids = torch.zeros(cap, dtype=column.dtype, device=device)
+                self.ids[:n] = column
                 ids = self.ids[:n]
                 self.cut[: n - 1] = ids[1:] != ids[:-1]
                 if n == cap:
                     self.cut[n - 1] = bool(ids[-1] != ids[0])
             else:
-                self.keys = sampler._end_keys(storage)
+                self.keys = keys
                 self.cut[:n] = self._flags(storage, 0, n)
             self.cut[(storage.cursor - 1) % cap] = True  # the newest row
-            # ok[s] = no cut among s .. s + L - 2, around the ring
-            window = torch.cat([self.cut, self.cut[: L - 2]]) if L > 2 else self.cut
-            self.ok = ~window.unfold(0, L - 1, 1).any(1) if L > 1 else ~self.cut
+            if n < L:
+                pass  # no whole slice fits in the rows held
+            elif L > 1:
+                # ok[s] = no cut among s .. s + L - 2, around the ring
+                window = torch.cat([self.cut, self.cut[: L - 2]]) if L > 2 else self.cut
+                self.ok = ~window.unfold(0, L - 1, 1).any(1)
+            else:
+                self.ok[:n] = True  # a slice of one step may start at any row
         self.count = int(self.ok.sum())
-        self._slots = None
+        self._ends = None
+        self._changed()
         self._seen(storage)
+
+    def _changed(self) -> None:
+        self._slots = self._episodes = self._whole = self._short = None
+        self._pools = {}
 
     def _extend(self, storage: Storage, k: int) -> None:
         """Rows were written at slots ``cursor .. cursor + k - 1`` since the last look."""
         cap, L, c0 = self.cap, self.L, self.cursor
         newest = (c0 + k - 1) % cap
         if self.ids is not None:
-            sampler = self.sampler
-            assert sampler.episode_key is not None
-            column = storage.column(sampler.episode_key)
+            sampler, key = self.sampler, self.id_key
+            assert key is not None
+            column = storage.column(key)
             for a, b in _runs(c0, k, cap):
-                self.ids[a:b] = sampler._ids(column[a:b], b - a)
+                self.ids[a:b] = sampler._ids(column[a:b], b - a, key)
             # the cut after the previous newest row, and after each new row but the newest
             first = c0 - 1 if self.n else c0
             for a, b in _runs(first % cap, c0 + k - 1 - first, cap):
@@ -449,15 +783,43 @@ class _SliceIndex:
             before += int(part.sum())
             self.ok[a:b] = part
         self.count += before
-        self._slots = None
+        if self._ends is not None:
+            self._extend_ends(k)
+        self._changed()
         self._seen(storage)
+
+    def _extend_ends(self, k: int) -> None:
+        """Follow ``k`` rows written at the cursor in the list of episode ends (``O(episodes +
+        k)``): the ends among overwritten rows (the oldest) leave from the front, the previous
+        newest row's and the new rows' ends are appended at the back."""
+        ends = self._ends
+        assert ends is not None
+        cap, c0, n = self.cap, self.cursor, self.n
+        ends = ends[:-1] if n else ends  # the previous newest row: an end only while newest
+        over = n + k - cap  # rows overwritten, the oldest
+        if over > 0 and ends.numel():
+            oldest = c0 if n == cap else 0
+            gone = int(
+                (((ends - oldest) % cap) < over).sum()
+            )  # a prefix: the list is in time order
+            ends = ends[gone:]
+        first = c0 - 1 if n else c0
+        region = torch.arange(first, c0 + k, device=ends.device) % cap
+        self._ends = torch.cat([ends, region[self.cut.index_select(0, region)]])
 
     def _flags(self, storage: Storage, a: int, b: int) -> torch.Tensor:
         """The end flags of slots ``a .. b - 1``, OR-ed over the end keys."""
         out = None
         for key in self.keys:
-            flags = storage.column(key)[a:b].reshape(b - a, -1)
-            flags = (flags if flags.dtype == torch.bool else flags != 0).any(-1)
+            column = storage.column(key)
+            if column[0].numel() != 1:
+                raise TypeError(
+                    f"end key {format_key(key)} must hold one flag per row, got shape "
+                    f"{list(column.shape[1:])} per row (TorchRL: the end-of-trajectory signal "
+                    "must be 1-dimensional)"
+                )
+            flags = column[a:b].reshape(b - a)
+            flags = flags if flags.dtype == torch.bool else flags != 0
             out = flags if out is None else out | flags
         assert out is not None
         return out
@@ -472,6 +834,64 @@ class _SliceIndex:
         if self._slots is None:
             self._slots = self.ok.nonzero().reshape(-1)
         return self._slots
+
+    def episodes(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(first slot, length)`` of every episode held, oldest first (``O(episodes)`` per
+        change of the rows once the list of ends exists; ``O(len)`` to build it)."""
+        if self._episodes is None:
+            cap, oldest = self.cap, self._oldest()
+            ends = self._time_ends()
+            begins = torch.cat([ends.new_zeros(1), ends[:-1] + 1])
+            lengths = ends - begins + 1
+            first = (begins + oldest) % cap if oldest else begins
+            self._episodes = (first, lengths)
+        return self._episodes
+
+    def has_short(self) -> bool:
+        """Whether an episode held is shorter than ``L``."""
+        if self._short is None:
+            self._short = bool((self.episodes()[1] < self.L).any())
+        return self._short
+
+    def whole(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(first slot, number of starts)`` (float64) of each episode at least ``L`` long."""
+        if self._whole is None:  # straight from the ends: few ops, as after every write
+            ends, oldest, cap = self._time_ends(), self._oldest(), self.cap
+            lengths = ends.diff(prepend=ends.new_full((1,), -1))
+            keep = (lengths >= self.L).nonzero().reshape(-1)
+            last, length = ends.index_select(0, keep), lengths.index_select(0, keep)
+            first = last - length + 1
+            if oldest:
+                first = first.add_(oldest).remainder_(cap)
+            self._whole = (first, length.sub_(self.L - 1).to(torch.float64))
+        return self._whole
+
+    def _oldest(self) -> int:
+        return self.cursor % self.cap if self.n == self.cap else 0
+
+    def _time_ends(self) -> torch.Tensor:
+        """The time position (0: the oldest row) of each episode's last row, ascending."""
+        oldest = self._oldest()
+        if self._ends is None:
+            n, cap = self.n, self.cap
+            cut = self.cut[:n] if n < cap else torch.roll(self.cut, -oldest)
+            ends = cut.nonzero().reshape(-1)  # the newest row always ends one
+            self._ends = (ends + oldest) % self.cap if oldest else ends
+            return ends
+        return (self._ends - oldest) % self.cap if oldest else self._ends
+
+    def pool(self, strict: bool) -> torch.Tensor:
+        """The episodes a slice may come from: those at least ``L`` long, or all of them."""
+        pool = self._pools.get(strict)
+        if pool is None:
+            _, lengths = self.episodes()
+            pool = (
+                (lengths >= self.L).nonzero().reshape(-1)
+                if strict
+                else torch.arange(lengths.numel(), device=lengths.device)
+            )
+            self._pools[strict] = pool
+        return pool
 
     def propose(self, n: int, k: int, valid: int, generator: torch.Generator) -> torch.Tensor:
         """``k`` uniform valid starts by rejection: propose slots uniformly, keep the valid ones."""

@@ -17,7 +17,9 @@ values is one op of about the same cost as one of them.
 Beside the sums, the tree keeps the same levels of *minimums of the positive
 values* (an empty slot, value 0, counts as ``+inf``): :meth:`min` is the
 smallest positive value in O(top), which is what buffer-wide importance weights
-need (:class:`~mixreplay.samplers.PrioritizedSampler`).
+need (:class:`~mixreplay.samplers.PrioritizedSampler`). With ``track_max=True``
+it keeps the same levels of maximums too (:meth:`max_tensor` in O(top)), for a
+sampler that gives new rows the largest priority held.
 
 Parents are recomputed from their children (never adjusted by deltas), so
 rounding errors do not accumulate over millions of updates. Values are float64.
@@ -65,6 +67,7 @@ class SumTree:
     Keyword Args:
         arity: children per node, ``>= 2``.
         top: the most values the top level may hold (searched flat), ``>= 1``.
+        track_max: also keep levels of maximums (:meth:`max_tensor` without a scan).
 
     Examples:
         >>> import torch
@@ -77,6 +80,9 @@ class SumTree:
         [0, 1, 1, 2, 3]
     """
 
+    #: levels of maximums (``track_max``); a class default, so trees pickled without it load
+    _maxs: list[torch.Tensor] | None = None
+
     def __init__(
         self,
         capacity: int,
@@ -84,6 +90,7 @@ class SumTree:
         *,
         arity: int = _ARITY,
         top: int = _TOP,
+        track_max: bool = False,
     ):
         for name, value, lo in (("capacity", capacity, 1), ("arity", arity, 2), ("top", top, 1)):
             if isinstance(value, bool) or not isinstance(value, int):
@@ -103,6 +110,11 @@ class SumTree:
         self._mins = [
             torch.full((n,), _INF, dtype=torch.float64, device=self.device) for n in sizes
         ]
+        self._maxs = (
+            [torch.zeros(n, dtype=torch.float64, device=self.device) for n in sizes]
+            if track_max
+            else None
+        )
         self._clear_cache()
 
     def _clear_cache(self) -> None:
@@ -148,8 +160,21 @@ class SumTree:
         return self._least
 
     def max(self) -> float:
-        """The largest value (a reduction over the leaves: ``O(capacity)``)."""
+        """The largest value (``O(top)`` with ``track_max``, else a reduction over the leaves)."""
+        if self._maxs is not None:
+            return float(self.max_tensor())
         return float(self.leaves.max())
+
+    def max_tensor(self) -> torch.Tensor:
+        """The largest value as a 0-d tensor (0 when every value is 0); needs ``track_max``."""
+        if self._maxs is None:
+            raise ValueError("SumTree.max_tensor needs a tree built with track_max=True")
+        return self._maxs[-1].amax()
+
+    @property
+    def tracks_max(self) -> bool:
+        """Whether the tree keeps levels of maximums (``track_max=True``)."""
+        return self._maxs is not None
 
     def get(self, index: torch.Tensor) -> torch.Tensor:
         """The values at slots ``index`` (float64, on the tree's device)."""
@@ -259,6 +284,15 @@ class SumTree:
             mins[d].index_put_(
                 (node,), torch.index_select(mins[d - 1].view(-1, b), 0, node).amin(1)
             )
+        maxs = self._maxs
+        if maxs is not None:
+            maxs[0].index_put_((index,), values)
+            node = index
+            for d in range(1, len(maxs)):
+                node = torch.div(node, b, rounding_mode="floor")
+                maxs[d].index_put_(
+                    (node,), torch.index_select(maxs[d - 1].view(-1, b), 0, node).amax(1)
+                )
         self._clear_cache()
 
     def set_leaves(self, values: torch.Tensor) -> None:
@@ -279,6 +313,13 @@ class SumTree:
             rows = sums[d - 1].shape[0] // b
             torch.sum(sums[d - 1].view(-1, b), 1, out=sums[d][:rows])
             torch.amin(mins[d - 1].view(-1, b), 1, out=mins[d][:rows])
+        maxs = self._maxs
+        if maxs is not None:
+            maxs[0].zero_()
+            maxs[0][: values.numel()] = values
+            for d in range(1, len(maxs)):
+                rows = maxs[d - 1].shape[0] // b
+                torch.amax(maxs[d - 1].view(-1, b), 1, out=maxs[d][:rows])
         self._clear_cache()
 
     def to(self, device: torch.device | str) -> SumTree:
@@ -286,6 +327,8 @@ class SumTree:
         self.device = torch.device(device)
         self._sums = [level.to(self.device) for level in self._sums]
         self._mins = [level.to(self.device) for level in self._mins]
+        if self._maxs is not None:
+            self._maxs = [level.to(self.device) for level in self._maxs]
         self._clear_cache()
         return self
 

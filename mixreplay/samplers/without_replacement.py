@@ -31,6 +31,10 @@ class SamplerWithoutReplacement(Sampler):
             as a short batch.
         shuffle: permute the rows (default), or hand them out in slot order.
 
+    Keyword Args:
+        replacement: TorchRL's dispatch keyword: ``False`` (this sampler) is
+            accepted; ``RandomSampler(replacement=False)`` builds this sampler.
+
     A mixing buffer needs exactly its share of rows: there a short chunk is
     completed from the next permutation.
 
@@ -48,7 +52,13 @@ class SamplerWithoutReplacement(Sampler):
     #: rows within one draw are distinct: a mixing buffer refuses to ask for more than are held
     replacement = False
 
-    def __init__(self, drop_last: bool = False, shuffle: bool = True):
+    def __init__(self, drop_last: bool = False, shuffle: bool = True, *, replacement: bool = False):
+        if replacement is not False:
+            raise TypeError(
+                f"SamplerWithoutReplacement(replacement={replacement!r}): it always draws "
+                "without replacement (replacement=False); for draws with replacement use "
+                "RandomSampler()"
+            )
         for name, value in (("drop_last", drop_last), ("shuffle", shuffle)):
             if not isinstance(value, bool):
                 raise TypeError(
@@ -132,9 +142,16 @@ class SamplerWithoutReplacement(Sampler):
         if not isinstance(order, torch.Tensor) or order.dtype != torch.int64 or order.dim() != 1:
             raise CheckpointError(f"{what}: 'order' must be a 1-D int64 tensor")
         pos, length = state["pos"], state["len"]
-        if any(isinstance(v, bool) or not isinstance(v, int) for v in (pos, length)):
-            raise CheckpointError(f"{what}: 'pos' and 'len' must be ints, got {pos!r}, {length!r}")
-        started = bool(state["started"])
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in (pos, length)):
+            raise CheckpointError(
+                f"{what}: 'pos' and 'len' must be ints >= 0, got {pos!r}, {length!r}"
+            )
+        started, ran_out = state["started"], state.get("ran_out", False)
+        if not isinstance(started, bool) or not isinstance(ran_out, bool):
+            raise CheckpointError(
+                f"{what}: 'started' and 'ran_out' must be True or False, got "
+                f"{started!r}, {ran_out!r}"
+            )
         if started and (order.numel() != length or not 0 <= pos <= length):
             raise CheckpointError(
                 f"{what}: position {pos} and length {length} do not fit "
@@ -142,6 +159,10 @@ class SamplerWithoutReplacement(Sampler):
             )
         if started and order.numel() and not 0 <= int(order.min()) <= int(order.max()) < length:
             raise CheckpointError(f"{what}: 'order' holds rows outside 0..{length - 1}")
+        if started and order.numel() and int(torch.bincount(order.cpu()).max()) > 1:
+            raise CheckpointError(
+                f"{what}: 'order' repeats a row; it must be a permutation of 0..{length - 1}"
+            )
         self._order = order.clone() if started else None
-        self._pos, self._len, self.ran_out = pos, length, bool(state.get("ran_out", False))
+        self._pos, self._len, self.ran_out = pos, length, ran_out
         self._generation = None  # the order describes the storage as restored with it

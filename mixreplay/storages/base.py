@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import os
 import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -29,8 +30,10 @@ from typing import Any, ClassVar
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from mixreplay._torchrl_args import UNSUPPORTED_STORAGE_METHODS
 from mixreplay._validate import check_int, describe
-from mixreplay.errors import EmptyBufferError
+from mixreplay.data_types import Codec
+from mixreplay.errors import CheckpointError, EmptyBufferError
 from mixreplay.layout import RowLayout
 from mixreplay.schema import NestedKey, Schema, format_key, normalize_key
 
@@ -194,8 +197,18 @@ class Storage(Locked, abc.ABC):
 
     writable: ClassVar[bool] = True
     packed: ClassVar[bool] = False
+    #: the name a checkpoint saves this storage under (the class name by default): moving
+    #: the class to another module changes nothing saved; renaming it means setting this
+    config_name: ClassVar[str] = "Storage"
     max_size: int
     device: torch.device
+    #: how rows map to the type the storage's first write had (``None``: TensorDict rows)
+    codec: Codec | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "config_name" not in cls.__dict__:
+            cls.config_name = cls.__name__
 
     def __init__(self) -> None:
         super().__init__()
@@ -256,20 +269,94 @@ class Storage(Locked, abc.ABC):
     def gather_unlocked(self, index: torch.Tensor) -> TensorDictBase:
         """Rows ``index`` as a new ``[len(index)]`` TensorDict (caller holds :attr:`lock`)."""
 
+    def gather_into(self, index: torch.Tensor, out: torch.Tensor) -> None:
+        """Copy rows ``index`` into packed ``out`` (``[len(index), W]``; caller holds :attr:`lock`).
+
+        Only for storages that pack their rows (:attr:`packed`): a mixing buffer's fast path.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not pack its rows")
+
     def gather(self, index: torch.Tensor) -> TensorDictBase:
         """Rows ``index`` (an int64 tensor of valid slots) as a new ``[len(index)]`` TensorDict."""
         with self.lock:
             return self.gather_unlocked(index)
 
-    def __getitem__(self, index: Any) -> TensorDictBase:
-        """Rows by position: an int gives one row (batch ``[]``), anything else ``[k]`` rows."""
+    def __getitem__(self, index: Any) -> Any:
+        """Rows by position: an int gives one row, anything else ``[k]`` rows.
+
+        Rows come back as the type the storage was written with (a TensorDict, a
+        tensor, a pytree, a tensorclass: see :mod:`mixreplay.data_types`).
+        """
         with self.lock:
             n = len(self)
             if self.schema is None or n == 0:
                 raise IndexError("the storage holds no rows yet")
             idx = as_index(index, n, self.device)
             td = self.gather_unlocked(idx)
-        return td[0] if isinstance(index, int) else td
+            codec = self.codec
+        if isinstance(index, int):
+            td = td[0]
+        return td if codec is None else codec.decode(td)
+
+    def get(self, index: Any) -> Any:
+        """Rows by position, as :meth:`__getitem__` (TorchRL's ``Storage.get``)."""
+        return self[index]
+
+    def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
+        """Write ``data`` at slots ``cursor`` (TorchRL's ``Storage.set``); see the rings."""
+        raise TypeError(f"{type(self).__name__} does not support set(); write rows with extend()")
+
+    @property
+    def ndim(self) -> int:
+        """TorchRL's storage dimensions: always 1 (a storage is a sequence of rows)."""
+        return 1
+
+    @property
+    def shape(self) -> torch.Size:
+        """``[len]`` (TorchRL's ``Storage.shape`` of a one-dimensional storage)."""
+        return torch.Size([len(self)])
+
+    def contains(self, item: Any) -> bool:
+        """Whether ``item`` (an int or a tensor of ints) names filled slots (TorchRL's ``contains``)."""
+        index = torch.as_tensor(item)
+        return bool(((index >= 0) & (index < len(self))).all())
+
+    def dumps(self, path: str | os.PathLike[str]) -> None:
+        """Save this storage alone as a checkpoint directory at ``path`` (atomic).
+
+        A buffer's :meth:`~mixreplay.ReplayBuffer.dumps` saves its storage with it;
+        this is TorchRL's storage-level ``dumps``.
+        """
+        from mixreplay import checkpoint
+
+        with self.lock:
+            checkpoint.save_state(path, {"kind": "storage", "storage": self.state_dict(copy=False)})
+
+    def loads(self, path: str | os.PathLike[str]) -> None:
+        """Restore a checkpoint that :meth:`dumps` wrote; a :class:`~mixreplay.CheckpointError`
+        (and nothing changed) if it is not one or does not fit this storage."""
+        from mixreplay import checkpoint
+
+        state = checkpoint.load_state(path)
+        if state.get("kind") != "storage":
+            raise CheckpointError(
+                f"{path} holds a {state.get('kind')} checkpoint, not a storage's; load it "
+                "with the object that saved it (rb.loads(path) for a buffer)"
+            )
+        try:
+            self.load_state_dict(state.get("storage"))
+        except CheckpointError as err:
+            raise CheckpointError(f"cannot load {path}: {err}") from err
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Alias of :meth:`dumps` (TorchRL's name)."""
+        self.dumps(path)
+
+    dump = save
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Alias of :meth:`loads` (TorchRL's name)."""
+        self.loads(path)
 
     def column(self, key: NestedKey) -> torch.Tensor:
         """One key over the filled rows, ``[len, *shape]``, in slot order."""
@@ -305,7 +392,7 @@ class Storage(Locked, abc.ABC):
         schema = self.schema
         return {
             "reference": True,
-            "type": type(self).__name__,
+            "type": self.config_name,
             "rows": len(self),
             "schema": None if schema is None else schema.to_json(),
             "fingerprint": self.fingerprint,
@@ -351,6 +438,19 @@ class Storage(Locked, abc.ABC):
         apply = self.plan_load_state_dict(state)
         with self.lock:
             apply()
+
+
+def _refused(name: str, way: str) -> property:
+    def refuse(self: Storage) -> Any:
+        raise AttributeError(f"{type(self).__name__} has no TorchRL {name!r}: {way}")
+
+    return property(refuse, doc=f"TorchRL's ``{name}``: not provided ({way}).")
+
+
+# TorchRL storage methods mixreplay lacks say the mixreplay way. Properties, not a
+# __getattr__: a Python __getattr__ would slow every attribute access of every storage.
+for _name, _way in UNSUPPORTED_STORAGE_METHODS.items():
+    setattr(Storage, _name, _refused(_name, _way))
 
 
 class PackedStorage(Storage):

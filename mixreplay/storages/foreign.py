@@ -15,6 +15,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from mixreplay._state import state_int
+from mixreplay.data_types import codec_from_json
 from mixreplay.errors import CheckpointError, EmptyBufferError
 from mixreplay.schema import Schema
 from mixreplay.storages.base import Storage, check_ndim, check_rows
@@ -107,7 +108,7 @@ class ForeignStorage(Storage):
                 td = self.gather_unlocked(torch.arange(n))
                 columns = [{"key": list(k), "value": td.get(k)} for k in self._schema]
             return {
-                "type": type(self).__name__,
+                "type": self.config_name,
                 "inner": type(self.inner).__name__,
                 "max_size": self.max_size,
                 "schema": None if self._schema is None else self._schema.to_json(),
@@ -115,10 +116,11 @@ class ForeignStorage(Storage):
                 "len": n,
                 "write_count": self._write_count,
                 "columns": columns,
+                "codec": None if self.codec is None else self.codec.to_json(),
             }
 
     def plan_load_state_dict(self, state: Any) -> Callable[[], None]:
-        if not isinstance(state, dict) or state.get("type") != type(self).__name__:
+        if not isinstance(state, dict) or state.get("type") != self.config_name:
             raise CheckpointError(f"not a saved ForeignStorage state: {str(state)[:80]}")
         if state.get("max_size") != self.max_size:
             raise CheckpointError(
@@ -128,24 +130,46 @@ class ForeignStorage(Storage):
         n = state_int(state.get("len"), "storage len")
         cursor = state_int(state.get("cursor"), "storage cursor")
         count = state_int(state.get("write_count"), "storage write_count")
-        schema = None if state.get("schema") is None else Schema.from_json(state["schema"])
+        if (
+            n > self.max_size
+            or cursor >= self.max_size
+            or count < n
+            or (n < self.max_size and cursor != n)
+        ):
+            raise CheckpointError(
+                f"inconsistent ring (len={n}, cursor={cursor}, write_count={count}, "
+                f"max_size={self.max_size}); the state is corrupt"
+            )
+        try:
+            schema = None if state.get("schema") is None else Schema.from_json(state["schema"])
+        except ValueError as err:
+            raise CheckpointError(f"the saved schema is invalid ({err})") from None
         if self._schema is not None and schema is not None and schema != self._schema:
             raise CheckpointError(
                 "the saved rows do not match this storage's: "
                 + "; ".join(self._schema.differences(schema, names=("storage", "state")))
             )
-        columns = state.get("columns") or []
+        try:
+            codec = codec_from_json(state.get("codec"))
+        except (ValueError, KeyError, TypeError, ImportError) as err:
+            raise CheckpointError(f"the saved data type cannot be read ({err})") from None
+        if self._schema is not None and codec != self.codec:
+            raise CheckpointError(
+                "the saved rows were written as another data type than this storage's; load "
+                "them into a storage of the same data type"
+            )
         data = None
         if n:
-            if schema is None or len(columns) != len(schema):
-                raise CheckpointError("the saved ForeignStorage state lacks its columns")
-            data = TensorDict({tuple(c["key"]): c["value"] for c in columns}, batch_size=[n])
+            if schema is None:
+                raise CheckpointError(f"{n} rows saved without a schema; the state is corrupt")
+            data = _columns(state.get("columns"), schema, n)
 
         def restore() -> None:
             self._empty_inner()
             if data is not None:
                 self.inner.set(torch.arange(n), data)
             self._schema = schema if schema is not None else self._schema
+            self.codec = codec if schema is not None else self.codec
             self._cursor, self._write_count = cursor, count
             self._bump_generation()
 
@@ -153,6 +177,43 @@ class ForeignStorage(Storage):
 
     def __repr__(self) -> str:
         return f"ForeignStorage({type(self.inner).__name__}, max_size={self.max_size}, len={len(self)})"
+
+
+def _columns(columns: Any, schema: Schema, n: int) -> TensorDict:
+    """The saved columns as ``[n]`` rows, each checked against ``schema``."""
+    if not isinstance(columns, list) or len(columns) != len(schema):
+        raise CheckpointError(
+            f"the saved ForeignStorage state must hold one column per key of its schema "
+            f"({len(schema)}), got {type(columns).__name__}; the state is corrupt"
+        )
+    fields = {f.key: f for f in schema.fields}
+    values = {}
+    for i, c in enumerate(columns):
+        raw = c.get("key") if isinstance(c, dict) else None
+        key = tuple(raw) if isinstance(raw, list) and all(isinstance(k, str) for k in raw) else None
+        field = fields.get(key) if key is not None else None
+        value = c.get("value") if isinstance(c, dict) else None
+        if key is None or field is None or key in values:
+            raise CheckpointError(
+                f"the saved column {i} (key {str(raw)[:60]}) names no key of the schema, or one "
+                "named before; the state is corrupt"
+            )
+        if (
+            not isinstance(value, torch.Tensor)
+            or value.dtype != field.dtype
+            or tuple(value.shape) != (n, *field.shape)
+        ):
+            got = (
+                f"{value.dtype}{list(value.shape)}"
+                if isinstance(value, torch.Tensor)
+                else type(value).__name__
+            )
+            raise CheckpointError(
+                f"the saved column {list(key)} must be a {field.dtype}{[n, *field.shape]} "
+                f"tensor, got {got}"
+            )
+        values[key] = value
+    return TensorDict(values, batch_size=[n])
 
 
 def adapt_storage(storage: Any) -> ForeignStorage:

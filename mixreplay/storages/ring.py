@@ -26,7 +26,9 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from mixreplay._validate import check_bool, check_int, check_path
+from mixreplay._torchrl_args import check_storage_args
+from mixreplay._validate import check_bool, check_int, check_path, check_saved_int
+from mixreplay.data_types import codec_from_json, one_row, to_rows
 from mixreplay.errors import CheckpointError, SchemaMismatchError
 from mixreplay.layout import RowLayout
 from mixreplay.schema import Schema
@@ -43,10 +45,7 @@ _STAGING_BYTES = 4 << 20
 
 
 def _state_int(state: dict[str, Any], key: str, lo: int = 0) -> int:
-    value = state.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise CheckpointError(f"storage {key} must be an int >= {lo}, got {value!r}")
-    return value
+    return check_saved_int(state.get(key), f"storage {key}", min=lo)
 
 
 def check_saved_rows(rows: Any, length: int, words: int, what: str = "rows") -> torch.Tensor:
@@ -86,6 +85,82 @@ class _DedupHooks:
 DEDUP_HOOKS = _DedupHooks()
 
 
+def _existing_data(storage: Any, max_size: Any) -> tuple[Any, Any]:
+    """``(max_size, data)`` from TorchRL's ``TensorStorage(storage, max_size=None)`` or
+    mixreplay's ``TensorStorage(max_size)`` / ``TensorStorage(max_size=n)``."""
+    if storage is None and max_size is None:
+        raise ValueError(
+            "TensorStorage needs data or a capacity: TensorStorage(data) wraps existing rows, "
+            "TensorStorage(max_size) builds an empty ring (Expected storage to be non-null)"
+        )
+    if storage is None or (isinstance(storage, int) and max_size is None):
+        return (max_size if storage is None else storage), None
+    if isinstance(storage, int):
+        raise TypeError(
+            f"TensorStorage({storage}, max_size={max_size}): the capacity is given twice; "
+            "pass TensorStorage(max_size) for an empty ring or TensorStorage(data) for rows"
+        )
+    rows = _rows_of(storage)
+    if max_size is not None and max_size != rows:
+        raise ValueError(
+            f"The max-size and the storage shape mismatch: got max_size={max_size} for data "
+            f"of {rows} rows; TensorStorage(data) holds exactly its rows (drop max_size, or "
+            "build LazyTensorStorage(max_size) and extend it with the data)"
+        )
+    return rows, storage
+
+
+def _rows_of(data: Any) -> int:
+    from torch.utils._pytree import tree_leaves
+
+    from mixreplay.data_types import as_batch
+
+    data = as_batch(data)
+    shape = getattr(data, "batch_size", None)
+    if shape is None:
+        leaves = [x for x in tree_leaves(data) if isinstance(x, torch.Tensor)]
+        shape = leaves[0].shape if leaves else None
+    if not shape:
+        raise ValueError(
+            f"TensorStorage(data) needs rows along a first dimension, got {type(data).__name__}"
+            f"{'' if shape is None else ' with no batch dimension'}"
+        )
+    return int(shape[0])
+
+
+def _device_of(data: Any) -> torch.device:
+    from torch.utils._pytree import tree_leaves
+
+    device = getattr(data, "device", None)
+    if device is None:
+        leaves = [x for x in tree_leaves(data) if isinstance(x, torch.Tensor)]
+        device = leaves[0].device if leaves else None
+    return torch.device(device or "cpu")
+
+
+def _slots(cursor: Any, max_size: int) -> tuple[torch.Tensor, bool]:
+    """``(slots, one_row)`` for TorchRL's ``set(cursor, ...)``: an int names one row."""
+    if isinstance(cursor, int) or (isinstance(cursor, torch.Tensor) and cursor.ndim == 0):
+        index = torch.tensor([int(cursor)])
+        single = True
+    elif isinstance(cursor, slice):
+        index = torch.arange(*cursor.indices(max_size))
+        single = False
+    else:
+        index = torch.as_tensor(cursor if not isinstance(cursor, range) else list(cursor))
+        single = False
+        if index.dtype == torch.bool or index.is_floating_point():
+            raise IndexError(f"set() takes integer slots, got a {index.dtype} tensor")
+        index = index.reshape(-1).to(torch.int64)
+    index = torch.where(index < 0, index + max_size, index)
+    if index.numel() and (int(index.min()) < 0 or int(index.max()) >= max_size):
+        raise IndexError(
+            f"set() slots must be in 0..{max_size - 1} (the storage's capacity), got "
+            f"{index.tolist()[:8]}"
+        )
+    return index, single
+
+
 class TensorStorage(PackedStorage):
     """A fixed-capacity ring of packed rows, allocated on the first write.
 
@@ -120,6 +195,8 @@ class TensorStorage(PackedStorage):
 
     #: whether next values are kept once (a class of :mod:`mixreplay.storages.dedup`)
     dedup_next: bool = False
+    #: whether the first positional argument may be existing data (TorchRL's TensorStorage)
+    _wraps_data: bool = True
 
     def __new__(cls, *args: Any, dedup_next: bool = False, **kwargs: Any) -> TensorStorage:
         # dedup_next=True builds the deduplicating variant of the class asked for, so
@@ -130,15 +207,33 @@ class TensorStorage(PackedStorage):
 
     def __init__(
         self,
-        max_size: int,
+        storage: Any = None,
+        max_size: int | None = None,
         *,
         device: torch.device | str | None = None,
         ndim: int = 1,
         dedup_next: bool = False,
+        **torchrl_kwargs: Any,
     ):
         super().__init__()
         check_ndim(ndim)
+        data = None
+        if self._wraps_data:
+            # TorchRL's TensorStorage(storage, max_size=None): a storage over existing data;
+            # mixreplay's TensorStorage(max_size) and TensorStorage(max_size=n): a ring
+            max_size, data = _existing_data(storage, max_size)
+        else:  # the lazy rings: LazyTensorStorage(max_size), which passes it first
+            max_size = storage
+        check_storage_args(type(self).__name__, torchrl_kwargs)
         self.max_size = check_int(max_size, "max_size", min=1, what="a positive number of rows")
+        if device == "auto":
+            if data is None:
+                raise ValueError(
+                    f"{type(self).__name__}(device='auto') is only meaningful with existing "
+                    "data (TensorStorage(data)): a ring's device is fixed when it is built; "
+                    "pass the device your rows go to, e.g. device='cpu'"
+                )
+            device = _device_of(data)
         self.device = as_device(device)
         self._layout = None
         self._rows = None
@@ -146,6 +241,8 @@ class TensorStorage(PackedStorage):
         self._len = 0
         self._write_count = 0
         self._scratch: tuple[RowLayout, torch.Tensor, dict[int, list[torch.Tensor]]] | None = None
+        if data is not None:
+            self.set(torch.arange(self.max_size), data)
 
     def __len__(self) -> int:
         return self._len
@@ -213,6 +310,74 @@ class TensorStorage(PackedStorage):
                 words = self._pack(data, self._layout)
             return self._commit(words, n)
 
+    @property
+    def _storage(self) -> Any:
+        """Every slot (``max_size`` rows, filled or not) as the stored type (TorchRL's
+        ``storage._storage``): views of the packed rows, so writing to them writes the
+        storage. ``None`` before the first write."""
+        if self.dedup_next:  # its rows hold each next value once: no view of every slot
+            raise AttributeError(f"{type(self).__name__} has no _storage (dedup_next=True)")
+        layout, rows = self._layout, self._rows
+        if layout is None or rows is None:
+            return None
+        td = layout.unpack(rows, self.device)
+        return td if self.codec is None else self.codec.decode(td)
+
+    def _init(self, datum: Any) -> None:
+        """Allocate the rows for data shaped like ``datum`` (one row) without writing it
+        (TorchRL's ``storage._init``); a storage that holds rows is left as it is."""
+        with self.lock:
+            if self._layout is not None:
+                return
+            rows, codec = to_rows(one_row(datum), None, True)
+            layout = RowLayout(Schema.from_tensordict(rows))
+            self._rows, self._layout = self._allocate(layout), layout
+            self.codec = codec
+
+    def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
+        """Write ``data`` at slots ``cursor`` (TorchRL's ``Storage.set``).
+
+        ``cursor`` is an int (``data`` is one row) or slots (a slice, range, list or tensor;
+        ``data`` holds one row per slot), anywhere in ``0 .. max_size - 1``. With
+        ``set_cursor=True`` (TorchRL's default) the rows count as written: the length
+        grows by their number (up to the capacity), as do the write count and the
+        cursor. With ``set_cursor=False`` stored rows are replaced in place.
+        Any data type a buffer takes may be written (see :mod:`mixreplay.data_types`);
+        it is checked and packed whole before any stored byte changes.
+        """
+        if self.dedup_next:
+            raise TypeError(
+                "set() is not supported with dedup_next=True (its next values are read from "
+                "the following rows); write rows in order with extend()"
+            )
+        index, single = _slots(cursor, self.max_size)
+        if single:
+            data = one_row(data)
+        with self.lock:
+            layout = self._layout
+            rows, codec = to_rows(data, self.codec, layout is None)
+            n = int(rows.batch_size[0]) if rows.batch_dims else 0
+            if n != index.numel():
+                raise ValueError(
+                    f"set() got {n} rows for {index.numel()} slots; give one row per slot"
+                )
+            if n == 0:
+                return
+            layout = layout or RowLayout(Schema.from_tensordict(rows))
+            words = self._pack(rows, layout)  # raises before any stored byte changes
+            if self._layout is None:
+                self._rows, self._layout = self._allocate(layout), layout
+            assert self._rows is not None
+            self._rows.index_copy_(0, index.to(self._rows.device), words)
+            self.codec = codec
+            if set_cursor:
+                self._len = min(self.max_size, self._len + n)
+                self._write_count += n
+                self._cursor = (
+                    self._len if self._len < self.max_size else (int(index[-1]) + 1) % self.max_size
+                )
+            self._bump_generation()
+
     def _stage(self, layout: RowLayout, leaves: list[torch.Tensor], n: int) -> torch.Tensor:
         """Pack validated ``leaves`` into staging rows (caller holds the lock).
 
@@ -239,7 +404,12 @@ class TensorStorage(PackedStorage):
         return scratch[1][:n]
 
     def _commit(self, words: torch.Tensor, n: int) -> torch.Tensor:
-        """Copy packed rows into the ring at the cursor (caller holds the lock)."""
+        """Copy packed rows into the ring at the cursor (caller holds the lock).
+
+        Whole rows are copied and the counters move last, so a write interrupted
+        (``KeyboardInterrupt``) between two copies leaves whole rows, and retried lands
+        on the same slots.
+        """
         rows = self._rows
         assert rows is not None
         cap, start = self.max_size, self._cursor
@@ -258,9 +428,9 @@ class TensorStorage(PackedStorage):
     def _advance(self, start: int, n: int) -> torch.Tensor:
         """Count ``n`` rows written from slot ``start``; the slots they went to."""
         cap = self.max_size
-        self._cursor = (start + n) % cap
-        self._len = min(cap, self._len + n)
-        self._write_count += n
+        cursor, length, count = (start + n) % cap, min(cap, self._len + n), self._write_count + n
+        # one statement without calls: an interrupt never moves one counter without the others
+        self._cursor, self._len, self._write_count = cursor, length, count
         index = torch.arange(start, start + n, device=self.device)
         return index if start + n <= cap else index % cap
 
@@ -289,13 +459,14 @@ class TensorStorage(PackedStorage):
             if layout is not None:
                 rows = self.rows.clone() if copy else self.rows
             return {
-                "type": type(self).__name__,
+                "type": self.config_name,
                 "max_size": self.max_size,
                 "schema": None if layout is None else layout.schema.to_json(),
                 "cursor": self._cursor,
                 "len": self._len,
                 "write_count": self._write_count,
                 "rows": rows,
+                "codec": None if self.codec is None else self.codec.to_json(),
             }
 
     def _check_header(self, state: Any) -> tuple[int, int, int, RowLayout | None]:
@@ -354,15 +525,40 @@ class TensorStorage(PackedStorage):
 
             return restore_empty
         rows = check_saved_rows(state.get("rows"), length, layout.row_words)
+        codec = self._saved_codec(state.get("codec"))
 
         def restore() -> None:
             if self._rows is None or self._layout != layout:
                 self._rows, self._layout = self._allocate(layout), layout
             self._rows[:length].copy_(rows)
             self._cursor, self._len, self._write_count = cursor, length, write_count
+            self.codec = codec
             self._bump_generation()
 
         return restore
+
+    def _saved_codec(self, saved: Any) -> Any:
+        """The data type a saved state's rows were written as, checked against this storage's."""
+        mine = self.codec
+        if mine is not None and saved == mine.to_json():
+            return mine
+        try:
+            codec = codec_from_json(saved)
+        except ImportError as err:
+            raise CheckpointError(
+                f"the saved rows are {saved.get('class')} instances, and that class cannot be "
+                f"imported ({err}); load them into a storage that already holds that class"
+            ) from None
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise CheckpointError(f"the saved data type is unreadable ({err})") from None
+        if self._layout is not None and codec != mine:
+            held = "TensorDict rows" if mine is None else mine.describe()
+            got = "TensorDict rows" if codec is None else codec.describe()
+            raise CheckpointError(
+                f"the saved rows are {got}, this storage holds {held}; load them into a "
+                "storage of the same data type"
+            )
+        return codec
 
     def __repr__(self) -> str:
         return (
@@ -373,6 +569,10 @@ class TensorStorage(PackedStorage):
 
 class LazyTensorStorage(TensorStorage):
     """A ring of packed rows in memory (CPU or any torch device).
+
+    TorchRL's other arguments are honoured or refused: ``compilable`` (``False``),
+    ``consolidated`` (either: rows are always packed into one tensor), ``shared_init``
+    (``False``; other processes use :mod:`mixreplay.distributed`), ``cleanup_memmap``.
 
     Allocated from the first write: ``max_size`` × row bytes, never more.
 
@@ -386,6 +586,21 @@ class LazyTensorStorage(TensorStorage):
         >>> len(storage), storage.row_bytes
         (3, 16)
     """
+
+    _wraps_data = False
+
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        device: torch.device | str | None = None,
+        ndim: int = 1,
+        dedup_next: bool = False,
+        **torchrl_kwargs: Any,
+    ):
+        super().__init__(
+            max_size, device=device, ndim=ndim, dedup_next=dedup_next, **torchrl_kwargs
+        )
 
 
 def _reserve(fd: int, nbytes: int, path: str) -> None:
@@ -408,33 +623,98 @@ def _reserve(fd: int, nbytes: int, path: str) -> None:
         ) from None
 
 
-def _remove_scratch(directory: str, owned: bool, filename: str) -> None:
+def _remove_file(path: str) -> bool:
+    """Remove ``path`` if it still exists; whether it did."""
     try:
-        if owned:
-            shutil.rmtree(directory, ignore_errors=True)
-        else:
-            os.unlink(filename)
+        os.unlink(path)
+        return True
     except OSError:
-        pass
+        return False
+
+
+def _cleanup_file(path: str, directory: str | None) -> bool:
+    """What ``auto_cleanup`` runs when a storage is collected or the process exits:
+    remove its file, then its directory once empty (TorchRL's ``cleanup``)."""
+    removed = _remove_file(path)
+    if directory is not None:
+        try:
+            os.rmdir(directory)  # only an empty directory: other files are never ours
+        except OSError:
+            pass
+    return removed
+
+
+def _nothing_to_remove() -> bool:
+    return False
+
+
+def map_scratch_file(
+    directory: str | None, prefix: str, nbytes: int, *, keep: bool
+) -> tuple[torch.Tensor, str | None]:
+    """A new file of ``nbytes`` (blocks reserved) mapped as an ``int64`` tensor.
+
+    In a default temporary directory (``directory=None``) the file is unlinked as soon as
+    it is mapped, unless ``keep``: the mapping keeps its blocks alive and the kernel frees
+    them when the last mapping goes, so nothing is left behind whatever ends the process
+    (a crash, ``SIGKILL``). In a given directory the file stays visible and its path is
+    returned, for its owner to remove.
+
+    Returns:
+        ``(words, path)``: ``path`` is ``None`` for a file already unlinked.
+    """
+    temp = directory is None
+    if directory is None:
+        directory = tempfile.mkdtemp(prefix="mixreplay-")
+    else:
+        os.makedirs(directory, exist_ok=True)
+    fd, path = tempfile.mkstemp(prefix=prefix, suffix=".bin", dir=directory)
+    try:
+        _reserve(fd, nbytes, path)
+        words = torch.from_file(path, shared=True, size=nbytes // 8, dtype=torch.int64)
+    except BaseException:
+        os.close(fd)
+        _remove_file(path)
+        if temp:
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
+    os.close(fd)
+    if temp and not keep:
+        _remove_file(path)
+        shutil.rmtree(directory, ignore_errors=True)
+        return words, None
+    return words, path
 
 
 class LazyMemmapStorage(TensorStorage):
     """A ring of packed rows in a memory-mapped file, allocated from the first write.
 
-    The file (``max_size`` × row bytes) is created in ``scratch_dir`` (a new
-    temporary directory by default) with its blocks reserved up front: a disk
-    too full for it raises an :class:`OSError` naming the path and the bytes
-    needed. The file is removed by :meth:`close`, when the storage is garbage
-    collected, or when the process exits (a default temporary directory with it).
+    The file (``max_size`` × row bytes) has its blocks reserved up front: a disk too
+    full for it raises an :class:`OSError` naming the path and the bytes needed.
+    Without ``scratch_dir`` it is made in the temporary directory and unlinked as soon
+    as it is mapped: nothing is left on disk whatever ends the process (a crash,
+    ``SIGKILL``), and its blocks are freed when the storage is. With ``scratch_dir``
+    the file is visible there (``storage.filename``), several storages may share the
+    directory (each has its own ``rows-*.bin``, never overwritten), and, as in TorchRL,
+    it stays after the process unless ``auto_cleanup=True`` (then it is removed, with
+    ``scratch_dir`` once empty, when the storage is garbage collected or the process
+    exits). :meth:`close` and :meth:`cleanup` remove it at once.
 
     Args:
         max_size: capacity in rows.
 
     Keyword Args:
-        scratch_dir: directory for the backing file.
+        scratch_dir: directory for the backing file (created if missing).
         device: must be CPU (memory maps live in host memory).
+        existsok: TorchRL's permission to overwrite existing files; mixreplay never
+            overwrites a file (each storage makes its own), so both values mean that.
+        auto_cleanup: remove the files when the storage is collected or the process
+            exits; by default ``True`` without ``scratch_dir`` and ``False`` with one
+            (TorchRL's defaults). ``False`` without ``scratch_dir`` keeps the file in its
+            temporary directory (``storage.filename``).
         dedup_next: keep each next value once (see :class:`TensorStorage`); the rows
             and the next values kept apart both live in files of ``scratch_dir``.
+        compilable, shared_init: TorchRL's; only ``False`` (see
+            :class:`LazyTensorStorage`).
 
     Examples:
         >>> import torch
@@ -444,8 +724,12 @@ class LazyMemmapStorage(TensorStorage):
         >>> _ = storage.extend(TensorDict({"obs": torch.ones(5, 2)}, [5]))
         >>> storage[4]["obs"]
         tensor([1., 1.])
+        >>> storage.filename is None  # unlinked once mapped: nothing to leave behind
+        True
         >>> storage.close()
     """
+
+    _wraps_data = False
 
     def __init__(
         self,
@@ -454,9 +738,14 @@ class LazyMemmapStorage(TensorStorage):
         scratch_dir: str | os.PathLike[str] | None = None,
         device: torch.device | str | None = None,
         ndim: int = 1,
+        existsok: bool = False,
+        auto_cleanup: bool | None = None,
         dedup_next: bool = False,
+        **torchrl_kwargs: Any,
     ):
-        super().__init__(max_size, device=device, ndim=ndim, dedup_next=dedup_next)
+        super().__init__(
+            max_size, device=device, ndim=ndim, dedup_next=dedup_next, **torchrl_kwargs
+        )
         if self.device.type != "cpu":
             raise ValueError(f"LazyMemmapStorage lives in host memory; got device={self.device}")
         self.scratch_dir = (
@@ -464,42 +753,88 @@ class LazyMemmapStorage(TensorStorage):
             if scratch_dir is None
             else str(check_path(scratch_dir, "scratch_dir", what="a directory path"))
         )
+        self.existsok = check_bool(existsok, "existsok")
+        self._scratch_dir_is_temp = self.scratch_dir is None
+        # TorchRL's default: a temporary file is cleaned up, a file in a given directory kept
+        self._auto_cleanup = (
+            self._scratch_dir_is_temp
+            if auto_cleanup is None
+            else check_bool(auto_cleanup, "auto_cleanup")
+        )
+        self._cleaned_up = False
         self.filename: str | None = None
-        self._finalizer: weakref.finalize | None = None
+        self._finalizer: Callable[[], Any] | None = None
+
+    def _map(self, prefix: str, nbytes: int) -> tuple[torch.Tensor, str | None, Callable[[], Any]]:
+        """A scratch file of this storage: ``(words, path, release)``.
+
+        ``release()`` removes the file (if it is still on disk) and returns whether it
+        did. With ``auto_cleanup`` the file, and ``scratch_dir`` once empty, are also
+        removed when the storage is collected or the process exits (see
+        :func:`map_scratch_file`).
+        """
+        words, path = map_scratch_file(
+            self.scratch_dir, prefix, nbytes, keep=not self._auto_cleanup
+        )
+        if path is None:
+            return words, None, _nothing_to_remove
+        auto = (
+            weakref.finalize(self, _cleanup_file, path, self.scratch_dir)
+            if self._auto_cleanup
+            else None
+        )
+
+        def release() -> bool:
+            if auto is not None:
+                auto.detach()
+            return _remove_file(path)
+
+        return words, path, release
 
     def _allocate(self, layout: RowLayout) -> torch.Tensor:
-        owned = self.scratch_dir is None
-        directory = tempfile.mkdtemp(prefix="mixreplay-") if owned else self.scratch_dir
-        assert directory is not None
-        os.makedirs(directory, exist_ok=True)
-        fd, filename = tempfile.mkstemp(prefix="rows-", suffix=".bin", dir=directory)
-        nbytes = self.max_size * layout.row_bytes
-        try:
-            _reserve(fd, nbytes, filename)
-        except BaseException:
-            os.close(fd)
-            _remove_scratch(directory, owned, filename)
-            raise
-        os.close(fd)
+        words, path, release = self._map("rows-", self.max_size * layout.row_bytes)
         if self._finalizer is not None:  # a re-allocation (restore of another layout)
             self._finalizer()
-        self.filename = filename
-        self._finalizer = weakref.finalize(self, _remove_scratch, directory, owned, filename)
-        rows = torch.from_file(
-            filename, shared=True, size=self.max_size * layout.row_words, dtype=torch.int64
-        )
-        return rows.view(self.max_size, layout.row_words)
+        self._finalizer = release
+        self.filename = path
+        self._cleaned_up = False
+        return words.view(self.max_size, layout.row_words)
 
     def close(self) -> None:
-        """Remove the backing file (and its default temporary directory); the rows are gone."""
+        """Remove the backing file (``scratch_dir`` itself stays); the rows are gone."""
+        self._close()
+
+    def _close(self) -> bool:
         with self.lock:
+            removed = False
             if self._finalizer is not None:
-                self._finalizer()
+                removed = bool(self._finalizer())
                 self._finalizer = None
+            self.filename = None
             self._rows = None
             self._layout = None
+            self.codec = None
             self._cursor = self._len = 0
             self._bump_generation()
+            return removed
+
+    def cleanup(self) -> bool:
+        """Remove the backing files, and ``scratch_dir`` once it is empty (TorchRL's ``cleanup``).
+
+        Returns whether anything was removed from disk (``False`` the second time, or when
+        nothing was on disk). The rows are gone, as after :meth:`close`.
+        """
+        if self._cleaned_up:
+            return False
+        removed = self._close()
+        self._cleaned_up = True
+        if self.scratch_dir is not None:
+            try:
+                os.rmdir(self.scratch_dir)  # only if empty: other files are never ours to remove
+                removed = True
+            except OSError:
+                pass
+        return removed
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()

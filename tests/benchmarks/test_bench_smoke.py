@@ -232,3 +232,15 @@ def test_bench_dedup_tiny(tmp_path):
     for op in ("sample(256)", "extend(1 row)", "extend(1000 rows)"):
         assert re.search(rf"^{re.escape(op)}\s+[\d.]+\s+[\d.]+\s+[\d.]+x$", text, re.M), op
     assert "dedup/torchrl" in text
+
+
+@pytest.mark.torchrl
+def test_bench_data_types_tiny(tmp_path):
+    text = run_bench(
+        "bench_data_types.py", "--capacity", "500", "--rounds", "1", "--number", "3", tmp=tmp_path
+    )
+    for kind in ("tensordict", "tensorclass", "pytree", "tensor"):
+        for op in ("extend(1)", "extend(1000)", "sample(256)"):
+            assert re.search(rf"^{kind} +{re.escape(op)} +[\d.]+ +[\d.]+ +[\d.]+x$", text, re.M), (
+                text
+            )

@@ -14,6 +14,7 @@ from mixreplay import (
     ReplayBuffer,
     SchemaMismatchError,
 )
+from mixreplay.mixing.source import BufferSource
 from tests.conftest import ted_rows
 
 OFFLINE_TAG, ONLINE_TAG = 7.0, -3.0
@@ -325,9 +326,8 @@ def test_transform_is_applied_last():
 
 def test_empty_everywhere_raises():
     rb = OfflineToOnlineReplayBuffer(offline_dataset(), online_capacity=10)
-    rb._sources[0] = ReplayBuffer(
-        storage=LazyTensorStorage(3)
-    )  # an offline side emptied behind our back
+    # an offline side emptied behind our back
+    rb._sources[0] = BufferSource(ReplayBuffer(storage=LazyTensorStorage(3)))
     with pytest.raises(EmptyBufferError, match="every source is empty"):
         rb.sample(4)
 

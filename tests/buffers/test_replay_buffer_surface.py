@@ -203,7 +203,6 @@ def test_every_torchrl_replay_buffer_argument_is_handled():
     ("name", "value", "way"),
     [
         ("writer", object(), "ring order"),
-        ("collate_fn", lambda x: x, "transform="),
         ("sample_unit", object(), "SliceSampler"),
         ("dim_extend", 1, r"data.reshape\(-1\)"),
         ("checkpointer", object(), r"rb.dumps\(path\)"),
@@ -222,7 +221,11 @@ def test_unsupported_torchrl_argument_is_refused_with_the_mixreplay_way(name, va
 
 
 def test_torchrl_defaults_are_accepted_and_unknown_keywords_refused():
-    defaults = {name: accepted[0] for name, (accepted, _) in UNSUPPORTED.items()}
+    # a value test (writer: TorchRL's RoundRobinWriter, or None) accepts None
+    defaults = {
+        name: accepted[0] if isinstance(accepted, tuple) else None
+        for name, (accepted, _) in UNSUPPORTED.items()
+    }
     rb = ReplayBuffer(storage=LazyTensorStorage(10), **defaults)
     rb.extend(rows(3))
     with pytest.raises(TypeError, match="unexpected keyword argument 'colate_fn'"):
@@ -263,10 +266,12 @@ def test_n_by_t_batch_flattened_keeps_each_env_consecutive():
         [3, 4],
     )
     rb = ReplayBuffer(storage=LazyTensorStorage(20))
-    with pytest.raises(ValueError, match=r"data.reshape\(-1\)"):
-        rb.extend(data)
     rb.extend(data.reshape(-1))
     assert rb[:4]["env"].tolist() == [0, 0, 0, 0] and rb[:4]["t"].tolist() == [0, 1, 2, 3]
+    # unflattened, it is TorchRL's meaning for a one-dimensional storage: N rows of [T]
+    rows = ReplayBuffer(storage=LazyTensorStorage(20))
+    rows.extend(data)
+    assert len(rows) == 3 and rows[1].batch_size == (4,) and rows[1]["env"].tolist() == [1] * 4
 
 
 # -- TorchRL methods -----------------------------------------------------------------------------

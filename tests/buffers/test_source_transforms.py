@@ -135,7 +135,7 @@ def test_transforms_are_checked_and_must_return_a_tensordict():
 
 def test_the_fused_single_gather_is_kept_without_transforms(monkeypatch):
     """No source transform: one gather per source straight into the output (no generic path)."""
-    from mixreplay.buffers.engine import MixingBuffer
+    from mixreplay.mixing.engine import MixingBuffer
 
     offline = OfflineDataset.from_tensordict(ones(10))
     rb = OfflineToOnlineReplayBuffer(offline, online_capacity=10, generator=0)

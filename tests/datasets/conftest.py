@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import base64
 import dataclasses
+import email.utils
 import hashlib
 import http.server
 import re
@@ -361,17 +362,33 @@ class Served:
     cuts: int = 0  # ...in this many responses (then serve whole)
     corrupt: bool = False  # flip a byte in the middle of what is sent
     digest: bool = False  # send Repr-Digest (of the true body)
+    validators: str = "etag"  # "etag", "last-modified" (HTTP date of mtime), or "none"
+    mtime: float = 1.7e9  # Last-Modified, with validators="last-modified"
+    honour_if_range: bool = True  # False: a broken server that serves ranges of any version
+    drip: float | None = None  # seconds between single bytes (then nothing else is sent)
+    announce: int | None = None  # a Content-Length to announce instead of the true one
+    length: bool = True  # False: no Content-Length, the body ends when the connection closes
 
     def __post_init__(self):
         self.etag = self.etag or '"' + hashlib.sha256(self.body).hexdigest()[:16] + '"'
 
+    @property
+    def validator(self) -> str | None:
+        if self.validators == "etag":
+            return self.etag
+        if self.validators == "last-modified":
+            return email.utils.formatdate(self.mtime, usegmt=True)
+        return None
+
 
 class FileServer:
-    """A real HTTP/1.1 server on 127.0.0.1: Range, If-Range, ETag, Repr-Digest, cut connections."""
+    """A real HTTP/1.1 server on 127.0.0.1: Range, If-Range, ETag or Last-Modified, Repr-Digest,
+    cut connections, a byte at a time, a false Content-Length."""
 
     def __init__(self):
         self.files: dict[str, Served] = {}
         self.requests: list[dict] = []
+        self.closing = threading.Event()
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -394,7 +411,10 @@ class FileServer:
                     return
                 body, start = served.body, 0
                 m = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range") or "")
-                if m and self.headers.get("If-Range") in (None, served.etag):
+                if_range = self.headers.get("If-Range")
+                if m and (
+                    if_range is None or if_range == served.validator or not served.honour_if_range
+                ):
                     start = int(m.group(1))
                     if start >= len(body):
                         self.send_response(416)
@@ -406,24 +426,44 @@ class FileServer:
                     self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
                 else:
                     self.send_response(200)
-                self.send_header("Content-Length", str(len(body) - start))
-                self.send_header("ETag", served.etag)
+                length = len(body) - start if served.announce is None else served.announce
+                if served.length:
+                    self.send_header("Content-Length", str(length))
+                else:
+                    self.send_header("Connection", "close")
+                    self.close_connection = True
+                if served.validators == "etag":
+                    self.send_header("ETag", served.etag)
+                elif served.validators == "last-modified":
+                    self.send_header("Last-Modified", served.validator)
                 if served.digest:
                     b64 = base64.b64encode(hashlib.sha256(body).digest()).decode()
                     self.send_header("Repr-Digest", f"sha-256=:{b64}:")
                 self.end_headers()
-                out = body[start:]
+                out = memoryview(body)[start:]  # no copy: tests measure the client's memory
                 if served.corrupt:
                     mid = len(out) // 2
-                    out = out[:mid] + bytes([out[mid] ^ 0xFF]) + out[mid + 1 :]
-                if served.cuts > 0 and served.cut_after is not None:
-                    served.cuts -= 1
-                    self.wfile.write(out[: served.cut_after])
-                    self.wfile.flush()
+                    out = memoryview(
+                        bytes(out[:mid]) + bytes([out[mid] ^ 0xFF]) + bytes(out[mid + 1 :])
+                    )
+                try:
+                    if served.drip is not None:
+                        for i in range(len(out)):
+                            if server.closing.wait(served.drip):
+                                return
+                            self.wfile.write(out[i : i + 1])
+                            self.wfile.flush()
+                        return
+                    if served.cuts > 0 and served.cut_after is not None:
+                        served.cuts -= 1
+                        self.wfile.write(out[: served.cut_after])
+                        self.wfile.flush()
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        return
+                    self.wfile.write(out)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up
                     self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    return
-                self.wfile.write(out)
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -438,6 +478,7 @@ class FileServer:
         return served
 
     def close(self):
+        self.closing.set()
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join()

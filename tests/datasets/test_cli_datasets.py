@@ -92,10 +92,34 @@ def test_convert_d4rl_with_options(tmp_path, capsys):
 
 def test_convert_refuses_to_overwrite(minari_root, tmp_path, capsys):
     (tmp_path / "out").mkdir()
-    with pytest.raises(FileExistsError, match=r"out exists; pass --overwrite to replace it$"):
+    with pytest.raises(
+        FileExistsError,
+        match=r"out exists \(an empty directory\); pass --overwrite to write into it$",
+    ):
         main(["convert", f"minari:{PENDULUM}", str(tmp_path / "out")])
     assert main(["convert", f"minari:{PENDULUM}", str(tmp_path / "out"), "--overwrite"]) == 0
+    with pytest.raises(
+        FileExistsError, match=r"out holds a mixreplay dataset; pass --overwrite to replace it$"
+    ):
+        main(["convert", f"minari:{PENDULUM}", str(tmp_path / "out")])
     assert main(["convert", f"minari:{PENDULUM}", str(tmp_path / "out"), "--overwrite"]) == 0
+
+
+@pytest.mark.parametrize("kind", ["dir", "file"])
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_convert_advises_overwrite_only_where_it_would_work(minari_root, tmp_path, kind, overwrite):
+    """Without --overwrite, a DEST that --overwrite would refuse gets the refusal's advice at
+    once, not "pass --overwrite" followed by "--overwrite replaces only a dataset"."""
+    dest = tmp_path / "precious"
+    if kind == "dir":
+        dest.mkdir()
+        (dest / "notes.txt").write_text("mine")
+    else:
+        dest.write_text("mine")
+    with pytest.raises(
+        DatasetError, match=r"precious exists and is not a mixreplay dataset: --overwrite replaces"
+    ):
+        main(["convert", f"minari:{PENDULUM}", str(dest), *overwrite])
 
 
 @pytest.mark.parametrize("kind", ["dir", "file"])

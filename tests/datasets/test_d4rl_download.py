@@ -9,7 +9,9 @@ corrupt bytes or announce a digest.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -201,3 +203,267 @@ def test_a_path_is_never_downloaded(d4rl_server, d4rl_file, tmp_path):
     with pytest.raises(DatasetNotFoundError, match=r"no D4RL file at .*hopper-medium-v2.hdf5"):
         load_dataset(f"d4rl:{tmp_path / 'hopper-medium-v2.hdf5'}")
     assert d4rl_server.requests == []
+
+
+# -- a resume must continue the same file ------------------------------------------------------------
+
+
+def _interrupted(d4rl_server, body, **how):
+    """A first load that fails with part of ``body`` kept (every attempt is cut)."""
+    step = len(body) // 5
+    d4rl_server.serve(PATH, body, cut_after=step, cuts=3, **how)
+    with pytest.raises(DatasetError, match="run again to resume"):
+        load_dataset(f"d4rl:{NAME}")
+    assert (d4rl_dataset_dir() / f".{FILE}.part").stat().st_size == 3 * step
+
+
+def _other_file(tmp_path, *, rows_scale: int) -> tuple[bytes, np.ndarray]:
+    a = d4rl_arrays(seed=11)
+    for name in ("observations", "actions", "rewards", "terminals", "timeouts"):
+        setattr(a, name, np.concatenate([getattr(a, name)] * rows_scale))
+    a.next_observations = np.concatenate([a.next_observations] * rows_scale)
+    a.qpos = np.concatenate([a.qpos] * rows_scale)
+    write_d4rl(tmp_path / "other.hdf5", a)
+    return (tmp_path / "other.hdf5").read_bytes(), a.actions
+
+
+def test_a_resume_against_a_file_of_another_size_starts_over(
+    d4rl_server, d4rl_file, tmp_path, caplog
+):
+    """No ETag, no Last-Modified: the total size of Content-Range tells the versions apart."""
+    body, _ = d4rl_file
+    _interrupted(d4rl_server, body, validators="none")
+    new, actions = _other_file(tmp_path, rows_scale=600)
+    assert len(new) != len(body)
+    d4rl_server.serve(PATH, new, validators="none")
+    caplog.set_level(logging.INFO, logger="mixreplay")
+    ds = load_dataset(f"d4rl:{NAME}")
+    assert (d4rl_dataset_dir() / FILE).read_bytes() == new  # never half of each
+    assert torch.equal(ds[:]["action"], torch.as_tensor(actions))
+    resumed, whole = d4rl_server.requests[-2:]
+    assert resumed["range"] is not None and resumed["if_range"] is None
+    assert whole["range"] is None
+    assert (
+        f"changed on the server since the partial download: it was {len(body):,} bytes, it is "
+        f"{len(new):,} bytes now: starting over from byte 0" in caplog.text
+    )
+
+
+@pytest.mark.parametrize("validators", ["etag", "last-modified"])
+def test_a_server_that_ignores_if_range_cannot_splice(
+    d4rl_server, d4rl_file, tmp_path, caplog, validators
+):
+    """Same size, another validator, and a server that serves the range anyway."""
+    body, _ = d4rl_file
+    _interrupted(d4rl_server, body, validators=validators, honour_if_range=False)
+    new, actions = _other_file(tmp_path, rows_scale=400)
+    assert len(new) == len(body) and new != body
+    d4rl_server.serve(
+        PATH, new, validators=validators, honour_if_range=False, mtime=1.8e9, etag='"v2"'
+    )
+    caplog.set_level(logging.INFO, logger="mixreplay")
+    ds = load_dataset(f"d4rl:{NAME}")
+    assert (d4rl_dataset_dir() / FILE).read_bytes() == new
+    assert torch.equal(ds[:]["action"], torch.as_tensor(actions))
+    assert d4rl_server.requests[-2]["if_range"] is not None  # it was asked, and ignored it
+    assert "its validator was" in caplog.text and "starting over from byte 0" in caplog.text
+
+
+def test_a_last_modified_validator_is_sent_as_if_range(d4rl_server, d4rl_file, tmp_path):
+    body, _ = d4rl_file
+    _interrupted(d4rl_server, body, validators="last-modified")
+    assert d4rl_server.requests[-1]["if_range"].endswith(" GMT")  # the Last-Modified date
+    new, _ = _other_file(tmp_path, rows_scale=400)
+    d4rl_server.serve(PATH, new, validators="last-modified", mtime=1.8e9)
+    load_dataset(f"d4rl:{NAME}")
+    assert (d4rl_dataset_dir() / FILE).read_bytes() == new
+    assert d4rl_server.requests[-1]["range"] is not None  # one request: If-Range did it
+
+
+def test_a_partial_file_as_long_as_a_new_shorter_file_is_not_taken_for_it(d4rl_server, tmp_path):
+    """The new file is exactly as long as what was kept: the server answers 416."""
+    old, new = bytes(range(256)) * 40, b"N" * 3000
+    d4rl_server.serve("f.bin", old, cut_after=1000, cuts=3, validators="none")
+    dest = tmp_path / "f.bin"
+    url = d4rl_server.base_url + "f.bin"
+    with pytest.raises(DatasetError, match="run again to resume"):
+        download_module.download(url, dest)
+    assert (tmp_path / ".f.bin.part").stat().st_size == 3000
+    d4rl_server.serve("f.bin", new, validators="none")
+    download_module.download(url, dest)
+    assert dest.read_bytes() == new
+
+
+# -- slow, stalled, huge and hostile downloads ------------------------------------------------------
+
+
+def _url(server, path="f.bin"):
+    return server.base_url + path
+
+
+def test_a_connection_that_drips_a_byte_at_a_time_is_a_stall(d4rl_server, tmp_path):
+    """Each byte arrives well within the socket timeout; the attempt still fails, and says why."""
+    body = bytes(range(256)) * 4
+    d4rl_server.serve("f.bin", body, drip=0.01)
+    with pytest.raises(
+        DatasetError,
+        match=r"failed after 1 attempts \(stalled: \d+ bytes in the last [\d.]+ s, fewer than "
+        r"1,024 per 0.3 s \(timeout=0.3\)\); \d+ of 1,024 bytes are kept in .*\.f\.bin\.part",
+    ):
+        download_module.download(_url(d4rl_server), tmp_path / "f.bin", timeout=0.3, retries=1)
+    assert not (tmp_path / "f.bin").exists()
+    d4rl_server.serve("f.bin", body)
+    download_module.download(_url(d4rl_server), tmp_path / "f.bin", timeout=0.3, retries=1)
+    assert (tmp_path / "f.bin").read_bytes() == body  # the next call resumed the dripped bytes
+    assert d4rl_server.requests[-1]["range"] not in (None, "bytes=0-")
+
+
+def test_a_server_that_sends_nothing_times_out_with_a_clear_error(d4rl_server, tmp_path):
+    d4rl_server.serve("f.bin", b"x" * 100, drip=60.0)  # headers, then silence
+    with pytest.raises(
+        DatasetError, match=r"failed after 1 attempts \(no data for 0.2 s \(timeout\)\); 0 of 100"
+    ):
+        download_module.download(_url(d4rl_server), tmp_path / "f.bin", timeout=0.2, retries=1)
+
+
+def test_a_large_download_is_streamed_not_held_in_memory(d4rl_server, tmp_path):
+    import tracemalloc
+
+    body = np.random.default_rng(0).integers(0, 256, 48 << 20, dtype=np.uint8).tobytes()
+    d4rl_server.serve("big.bin", body)
+    tracemalloc.start()
+    try:
+        download_module.download(
+            _url(d4rl_server, "big.bin"),
+            tmp_path / "big.bin",
+            sha256=hashlib.sha256(body).hexdigest(),
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (tmp_path / "big.bin").stat().st_size == len(body)
+    assert peak < 8 << 20, f"peak {peak:,} bytes of Python memory for a {len(body):,}-byte file"
+
+
+def test_a_file_larger_than_the_free_space_is_refused_before_it_is_written(d4rl_server, tmp_path):
+    d4rl_server.serve("f.bin", b"x" * 100, announce=10**18)
+    with pytest.raises(
+        DatasetError,
+        match=r"cannot download .*f.bin: it needs 1,000,000,000,000,000,000 more bytes and "
+        r".* has [\d,]+ free; free some space",
+    ):
+        download_module.download(_url(d4rl_server), tmp_path / "f.bin")
+    assert not (tmp_path / ".f.bin.part").exists() or (tmp_path / ".f.bin.part").stat().st_size == 0
+
+
+_FULL_DISK = """
+import sys
+from mixreplay.datasets.download import download
+try:
+    download(sys.argv[1], sys.argv[2] + "/f.bin")
+except Exception as err:
+    print(f"{type(err).__name__}: {err}")
+"""
+
+
+def test_a_full_disk_fails_at_once_and_keeps_what_was_written(d4rl_server, tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) for a private small tmpfs")
+    d4rl_server.serve("f.bin", b"y" * (3 << 20), length=False)  # no size to check beforehand
+    disk = tmp_path / "small"
+    disk.mkdir()
+    script = f'mount -t tmpfs -o size=1m tmpfs "{disk}" && exec "$@"'
+    cmd = ["unshare", "-m"] if os.geteuid() == 0 else ["unshare", "-rm"]
+    cmd += [
+        "sh",
+        "-c",
+        script,
+        "sh",
+        sys.executable,
+        "-c",
+        _FULL_DISK,
+        _url(d4rl_server),
+        str(disk),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
+    if out.returncode and "mount" in out.stderr:
+        pytest.skip(f"cannot mount a private tmpfs here: {out.stderr.strip()}")
+    assert out.returncode == 0, out.stderr
+    assert re.fullmatch(
+        r"DatasetError: cannot download .*f.bin: writing .*\.f\.bin\.part failed \(No space left "
+        r"on device\); [\d,]+ bytes are kept there: free space .* and run again to resume\n",
+        out.stdout,
+    ), out.stdout
+    assert len(d4rl_server.requests) == 1  # not retried: a full disk stays full
+
+
+def test_a_partial_file_that_is_a_link_is_never_written_through(d4rl_server, tmp_path):
+    body = bytes(range(256)) * 10
+    d4rl_server.serve("f.bin", body)
+    mine = tmp_path / "mine.txt"
+    mine.write_bytes(b"my notes")
+    (tmp_path / ".f.bin.part").symlink_to(mine)
+    url = _url(d4rl_server)
+    (tmp_path / ".f.bin.part.json").write_text(json.dumps({"url": url, "size": len(body)}))
+    download_module.download(url, tmp_path / "f.bin")
+    assert (tmp_path / "f.bin").read_bytes() == body and mine.read_bytes() == b"my notes"
+
+
+def test_a_directory_at_the_destination_is_a_clear_error(d4rl_server, tmp_path):
+    d4rl_server.serve("f.bin", b"z" * 100)
+    (tmp_path / "f.bin").mkdir()
+    with pytest.raises(
+        DatasetError, match=r"cannot move the file downloaded from .* to .*f.bin: Is a directory"
+    ):
+        download_module.download(_url(d4rl_server), tmp_path / "f.bin")
+    assert (tmp_path / ".f.bin.part").read_bytes() == b"z" * 100
+
+
+def test_a_check_that_raises_anything_rejects_and_deletes_the_file(d4rl_server, tmp_path):
+    d4rl_server.serve("f.bin", b"z" * 100)
+
+    def check(path):
+        raise KeyError("observations")
+
+    with pytest.raises(
+        DatasetError, match=r"was rejected \(KeyError: 'observations'\); it was deleted"
+    ):
+        download_module.download(_url(d4rl_server), tmp_path / "f.bin", check=check)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".f.bin.lock"]
+
+
+def test_a_close_delimited_body_cut_short_is_caught_by_the_content_check(d4rl_server, d4rl_file):
+    """Without Content-Length a cut looks like the end; the D4RL check rejects the stub."""
+    body, a = d4rl_file
+    d4rl_server.serve(PATH, body, length=False, cut_after=len(body) // 2, cuts=1)
+    with pytest.raises(DatasetError, match=r"was rejected \(not a readable HDF5 file"):
+        load_dataset(f"d4rl:{NAME}")
+    _rows_match(load_dataset(f"d4rl:{NAME}"), a)
+
+
+def test_a_weak_etag_is_compared_but_never_sent_as_if_range(d4rl_server, d4rl_file, tmp_path):
+    body, a = d4rl_file
+    _interrupted(d4rl_server, body, etag='W/"weak-1"')
+    assert d4rl_server.requests[-1]["if_range"] is None  # RFC 9110: strong validators only
+    new, actions = _other_file(tmp_path, rows_scale=400)
+    d4rl_server.serve(PATH, new, etag='W/"weak-2"')
+    ds = load_dataset(f"d4rl:{NAME}")
+    assert (d4rl_dataset_dir() / FILE).read_bytes() == new
+    assert torch.equal(ds[:]["action"], torch.as_tensor(actions))
+
+
+def test_a_download_lock_that_is_a_link_is_refused(d4rl_server, tmp_path):
+    d4rl_server.serve("f.bin", b"z" * 100)
+    (tmp_path / ".f.bin.lock").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(
+        DatasetError, match=r"cannot take the download lock .*it is a symbolic link"
+    ):
+        download_module.download(_url(d4rl_server), tmp_path / "f.bin")
+    assert not (tmp_path / "elsewhere").exists()

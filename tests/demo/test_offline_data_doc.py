@@ -1,11 +1,10 @@
-"""docs/offline-data-helps.md: its python blocks run, and its figure and command exist."""
+"""docs/offline-data-helps.md: its figure exists and its commands parse (its python blocks, if
+any, run in tests/docs/test_pages.py with every page's)."""
 
 from __future__ import annotations
 
 import pathlib
 import re
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -21,15 +20,6 @@ def blocks(lang: str) -> list[str]:
     return [
         textwrap.dedent(code) for _, kind, code in FENCE.findall(PAGE.read_text()) if kind == lang
     ]
-
-
-@pytest.mark.parametrize("code", blocks("python"))
-def test_python_blocks_run(code, tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_figure_is_committed_and_linked():

@@ -140,3 +140,33 @@ def test_a_write_whose_rows_were_checkpointed_before_the_crash_is_applied_once(
     assert rb.actor_info()["chunks_acknowledged_again"] == 0
     assert (stored_online_rows(rb) == hopper_rows(421, 1.0)).all()
     rb.kill()
+
+
+def test_threads_sharing_a_handle_each_retry_their_own_failed_write(
+    ray_cluster, offline_path, tmp_path
+):
+    """Two threads write through one handle. Thread A's write is checkpointed, then the actor
+    dies before replying; thread B then writes other rows. A's retry must still be recognised
+    (the handle's record of a failed write is per thread, not shared), so A's rows land once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    actor = Crashing(offline_path, tmp_path, retries=0)
+    rb = actor.rb
+    rb.extend(hopper_rows(60, 1.0))
+    with ThreadPoolExecutor(1) as thread_a, ThreadPoolExecutor(1) as thread_b:
+        actor.crash_at_next_checkpoint()
+        first = thread_a.submit(rb.extend, hopper_rows(60, 1.0, start=60))
+        with pytest.raises(BufferActorError, match="may or may not have been written"):
+            first.result()
+        wait_until_back(rb)
+        assert not actor.marker.exists()
+        assert thread_b.submit(rb.extend, hopper_rows(10, 2.0)).result().tolist() == list(
+            range(120, 130)
+        )
+        retried = thread_a.submit(rb.extend, hopper_rows(60, 1.0, start=60)).result()
+    assert retried.tolist() == list(range(60, 120))  # acknowledged: the slots of the first try
+    assert len(rb) == OFFLINE + 130
+    online = stored_online_rows(rb)
+    assert (online[:120] == hopper_rows(120, 1.0)).all()
+    assert (online[120:] == hopper_rows(10, 2.0)).all()
+    rb.kill()

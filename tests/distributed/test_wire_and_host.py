@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 import sys
 import warnings
 
@@ -23,7 +24,7 @@ from mixreplay import (
 )
 from mixreplay.checkpoint import load_state, save_state
 from mixreplay.datasets.memmap import write_memmap_dataset
-from mixreplay.distributed.chunks import ChunkIds, WriterTable
+from mixreplay.distributed.chunks import ChunkIds, WriterTable, mint_writer_id
 from mixreplay.distributed.host import BufferHost, info_tensordict
 from mixreplay.distributed.wire import (
     INLINE_BYTES,
@@ -34,7 +35,7 @@ from mixreplay.distributed.wire import (
     inline_rows,
     message_slices,
 )
-from mixreplay.errors import BufferActorError
+from mixreplay.errors import BufferActorError, WriterEvictedError
 
 
 @pytest.fixture
@@ -201,10 +202,10 @@ def test_host_checkpoints_every_n_rows_and_restores_only_on_restart_or_resume(
 # -- exactly-once writes (chunk ids) --------------------------------------------------------------
 
 
-def send(host, packer, ids, seq, rows, want_index=True):
-    """What the handle sends: one chunk of packed rows with its id."""
+def send(host, packer, ids, start, rows, want_index=True):
+    """What the handle sends: one chunk of packed rows, numbered from ``start``, with its id."""
     words = packer.pack(rows)
-    return host.extend_packed(packer.key, words, None, want_index, ids.chunk_id(seq))
+    return host.extend_packed(packer.key, words, None, want_index, ids.chunk_id(start))
 
 
 def test_host_applies_each_chunk_once_and_saves_the_ids_with_the_rows(offline_path, tmp_path):
@@ -213,7 +214,8 @@ def test_host_applies_each_chunk_once_and_saves_the_ids_with_the_rows(offline_pa
         make_buffer, (offline_path,), checkpoint_dir=ckpt, checkpoint_every=100, restarted=False
     )
     packer, ids = Packer(), ChunkIds()
-    first, second, third = ids.take(3)
+    first, second, third = ids.take([60, 40, 5])
+    assert (first, second, third) == (0, 60, 100)  # rows are numbered, not messages
     assert send(host, packer, ids, first, hopper_rows(60)).tolist() == list(range(60))
     # a retry (Ray's, or the caller's): acknowledged with the same slots, not written again
     assert send(host, packer, ids, first, hopper_rows(60)).tolist() == list(range(60))
@@ -224,12 +226,16 @@ def test_host_applies_each_chunk_once_and_saves_the_ids_with_the_rows(offline_pa
     )
     info = host.info()
     assert info["checkpoints_saved"] == 1 and info["chunks_acknowledged_again"] == 1
+    assert info["rows_acknowledged_again"] == 60
     assert {p.suffix for p in (ckpt / "buffer").iterdir()} == {".json", ".bin"}
     saved = load_state(ckpt / "buffer")
     assert set(saved) == {"buffer", "writers"}
-    assert saved["writers"]["writers"] == {
-        ids.writer: [[first, 0, 60], [second, 60, 40]]
-    }  # both still open on the writer's side
+    # one record: rows [0, 100) applied; both chunks' slots kept (not acknowledged yet)
+    table = saved["writers"]
+    assert bytes(table["ids"][0].numpy()).decode() == ids.writer
+    assert table["done"].tolist() == [100] and table["extra"].tolist() == []
+    assert table["open"].tolist() == [[0, 0, 0, 60], [0, 60, 60, 40]]
+    assert table["slots"].tolist() == list(range(100))
     # a write-only chunk (the RayWriter's) is acknowledged again with its row count
     assert send(host, packer, ids, third, hopper_rows(5, start=100), want_index=False) == 5
 
@@ -245,24 +251,51 @@ def test_host_applies_each_chunk_once_and_saves_the_ids_with_the_rows(offline_pa
     online = ring_rows(restarted.buffer.state_dict())
     assert (online == hopper_rows(105)).all()
 
-    # acknowledged chunks are forgotten once the writer names a floor above them
+    # acknowledged chunks' slots are forgotten once the writer names a floor above them
     ids.done([first, second, third])
-    (fourth,) = ids.take(1)
-    assert ids.chunk_id(fourth)[2] == third
+    (fourth,) = ids.take([1])
+    assert ids.chunk_id(fourth)[2] == 105
     send(restarted, packer, ids, fourth, hopper_rows(1, start=105))
-    assert restarted.info()["chunks_remembered"] == 1
+    info = restarted.info()
+    assert info["writers_remembered"] == 1 and info["slots_remembered"] == 1
+
+
+def test_a_retried_task_resending_its_rows_cut_differently_applies_each_row_once(offline_path):
+    """A collector task that Ray retries runs again from the start with the same writer
+    identity: its rows come again, cut into other messages (the writer coalesces while the
+    actor is behind). Rows the first attempt sent are acknowledged, the rest applied."""
+    host = BufferHost(make_buffer, (offline_path,), restarted=False)
+    packer = Packer()
+    rows = hopper_rows(100, tag=1.0)
+    first = ChunkIds(("task-writer", 0))
+    for start in first.take([30, 30, 7]):  # 67 rows sent, the last chunk not acknowledged
+        send(host, packer, first, start, rows[start : start + {0: 30, 30: 30, 60: 7}[start]])
+    retry = ChunkIds(("task-writer", 1))  # attempt 1: same identity, rows from 0 again
+    got = []
+    for start in retry.take([50, 40, 10]):
+        n = {0: 50, 50: 40, 90: 10}[start]
+        got.append(send(host, packer, retry, start, rows[start : start + n]))
+        retry.done([start])
+    assert host.length() == 500 + 100
+    assert (ring_rows(host.buffer.state_dict()) == rows).all()  # every row once, in order
+    # slots: those of the rows written now, and of the first attempt's chunks not yet
+    # acknowledged; -1 for rows whose chunk the first attempt had acknowledged
+    slots = np.concatenate(got).tolist()
+    assert slots[67:] == list(range(67, 100))
+    assert slots[:60].count(-1) + sum(1 for s in slots[:60] if 0 <= s < 60) == 60
+    assert host.info()["rows_acknowledged_again"] == 67
 
 
 def test_a_refused_chunk_is_not_remembered(offline_path):
     host = BufferHost(make_buffer, (offline_path,), restarted=False)
     packer, ids = Packer(), ChunkIds()
-    send(host, packer, ids, *ids.take(1), hopper_rows(3))
-    (seq,) = ids.take(1)
+    send(host, packer, ids, *ids.take([3]), hopper_rows(3))
+    (start,) = ids.take([3])
     with pytest.raises(Exception, match="action"):
-        send(host, packer, ids, seq, hopper_rows(3).exclude("action"))
-    assert host.info()["chunks_remembered"] == 1 and host.length() == 503
-    # the same id with rows the buffer accepts is a write (the refused one changed nothing)
-    assert send(host, packer, ids, seq, hopper_rows(2)).tolist() == [3, 4]
+        send(host, packer, ids, start, hopper_rows(3).exclude("action"))
+    assert host.info()["slots_remembered"] == 3 and host.length() == 503
+    # the same rows, accepted this time, are a write (the refused one changed nothing)
+    assert send(host, packer, ids, start, hopper_rows(3)).tolist() == [3, 4, 5]
 
 
 def test_a_buffer_checkpoint_from_before_chunk_ids_still_resumes(offline_path, tmp_path):
@@ -272,17 +305,38 @@ def test_a_buffer_checkpoint_from_before_chunk_ids_still_resumes(offline_path, t
     host = BufferHost(
         make_buffer, (offline_path,), checkpoint_dir=tmp_path / "ckpt", resume=True, restarted=False
     )
-    assert host.length() == 507 and host.info()["chunks_remembered"] == 0
+    assert host.length() == 507 and host.info()["writers_remembered"] == 0
+    # a table of version 1 (chunks numbered per message) loads empty
+    v1 = {"version": 1, "writers": {"w": [[1, 0, 2]]}, "slots": torch.arange(2)}
+    save_state(tmp_path / "ckpt" / "buffer", {"buffer": old.state_dict(), "writers": v1})
+    host = BufferHost(make_buffer, (offline_path,), checkpoint_dir=tmp_path / "ckpt", resume=True)
+    assert host.length() == 507 and host.info()["writers_remembered"] == 0
 
 
 def test_a_damaged_writer_table_is_refused(offline_path, tmp_path):
     host = BufferHost(make_buffer, (offline_path,), restarted=False)
-    good = {"buffer": host.buffer.state_dict(), "writers": WriterTable().state_dict()}
+    table = WriterTable()
+    table.applied("w", 0, 2, np.array([0, 1]))
+    table.applied("w", 5, 6, None)
+    good = {"buffer": host.buffer.state_dict(), "writers": table.state_dict()}
+    w = good["writers"]
+    i64 = torch.int64
     for writers, match in [
-        ({**good["writers"], "version": 9}, "writer table has version 9"),
-        ({**good["writers"], "writers": {"w": [[1, 0, 5]]}}, r"slots \[0, 5\) lie outside the 0"),
-        ({**good["writers"], "writers": {"w": [[1, 0]]}}, r"must be \[seq, offset, length\]"),
-        ({**good["writers"], "slots": torch.zeros(2)}, "slots must be int64"),
+        ({**w, "version": 9}, "writer table has version 9"),
+        ({**w, "open": torch.tensor([[0, 0, 0, 5]])}, r"slots \[0, 5\) lie outside the 2"),
+        ({**w, "open": torch.tensor([[1, 0, 0, 2]])}, r"open must be \[writer < 1, start, off"),
+        ({**w, "open": torch.zeros(1, 3, dtype=i64)}, r"open must be .* got shape \(1, 3\)"),
+        ({**w, "extra": torch.tensor([[0, 1, 3]])}, r"sorted \[start, end\) pairs above 2"),
+        ({**w, "extra": torch.tensor([[0, 9, 8]])}, r"sorted .* got \[9, 8\)"),
+        ({**w, "done": torch.tensor([-1])}, "one row count >= 0 per writer"),
+        ({**w, "done": torch.tensor([1, 2])}, r"per writer \(1\), got 2 values"),
+        (
+            {**w, "ids": torch.zeros(2, 1, dtype=torch.uint8), "done": torch.zeros(2, dtype=i64)},
+            "names a writer twice",
+        ),
+        ({**w, "ids": [[119]]}, "ids must be a 2-d uint8 tensor, got"),
+        ({**w, "slots": torch.zeros(2)}, "slots must be a 1-d int64 tensor"),
+        ({**w, "evicted": torch.zeros(1, dtype=i64)}, "evicted_total must be the int 1"),
     ]:
         save_state(tmp_path / "ckpt" / "buffer", {**good, "writers": writers})
         resumed = BufferHost(
@@ -290,53 +344,210 @@ def test_a_damaged_writer_table_is_refused(offline_path, tmp_path):
         )
         with pytest.raises(CheckpointError, match=match):
             resumed.length()
+    save_state(tmp_path / "ckpt" / "buffer", good)  # the good one loads, ranges and all
+    resumed = BufferHost(
+        make_buffer, (offline_path,), checkpoint_dir=tmp_path / "ckpt", resume=True
+    )
+    assert resumed._writers.missing(("w", 0, 0, 0), 7) == [(2, 5), (6, 7)]
+
+
+def test_the_writer_table_stays_bounded_with_thousands_of_one_shot_writers(offline_path, tmp_path):
+    """Item 14: 5,000 collector tasks, each a handle copy writing once. The actor keeps at
+    most max_writers records (4096 by default), so memory and checkpoints stay bounded."""
+    host = BufferHost(make_buffer, (offline_path,), checkpoint_dir=tmp_path / "ckpt")
+    packer = Packer()
+    rows = hopper_rows(5)
+    for _ in range(5000):
+        ids = ChunkIds()  # a fresh handle copy in a one-shot task: a new writer each time
+        send(host, packer, ids, *ids.take([5]), rows)  # never acknowledged to the actor
+    info = host.info()
+    assert info["writers_remembered"] == 4096 and info["max_writers"] == 4096
+    assert info["writers_evicted"] == 5000 - 4096
+    assert info["slots_remembered"] == 4096 * 5  # one blocking write's slots per record
+    path = pathlib.Path(host.checkpoint())
+    # the table's share of the checkpoint: flat tensors, ~80 bytes per record plus 8 per slot
+    # and per dropped identity, whatever the number of writers that ever wrote
+    table = load_state(path)["writers"]
+    nbytes = sum(t.numel() * t.element_size() for t in table.values() if torch.is_tensor(t))
+    assert nbytes <= 4096 * (80 + 5 * 8) + (5000 - 4096) * 8
+    assert (path / "metadata.json").stat().st_size < 20_000  # no per-writer JSON
+    restarted = BufferHost(make_buffer, (offline_path,), checkpoint_dir=path.parent, resume=True)
+    assert restarted.info()["writers_remembered"] == 4096
+    assert restarted.info()["writers_evicted"] == 5000 - 4096
+
+
+def test_a_dropped_writer_continues_exactly_once_or_is_refused_loudly(offline_path):
+    host = BufferHost(make_buffer, (offline_path,), restarted=False, max_writers=2)
+    packer = Packer()
+
+    def others(k):  # k one-shot writers push the oldest records out
+        for _ in range(k):
+            ids = ChunkIds()
+            send(host, packer, ids, *ids.take([1]), hopper_rows(1, tag=9.0))
+
+    # a writer whose rows were all acknowledged continues exactly once after being dropped
+    live = ChunkIds()
+    (a,) = live.take([10])
+    send(host, packer, live, a, hopper_rows(10, tag=1.0), want_index=False)
+    live.done([a])
+    others(2)
+    assert live.writer not in host._writers
+    (b,) = live.take([10])
+    assert send(host, packer, live, b, hopper_rows(10, tag=1.0, start=10), want_index=False) == 10
+    assert live.writer in host._writers
+    assert host.length() == 500 + 10 + 2 + 10
+
+    # a chunk in doubt (sent, not acknowledged) from a dropped writer: refused, nothing changes
+    doubt = ChunkIds()
+    (c,) = doubt.take([4])
+    send(host, packer, doubt, c, hopper_rows(4, tag=2.0))
+    others(2)
+    before = host.buffer.state_dict()
+    with pytest.raises(
+        WriterEvictedError, match=r"writer [0-9a-f]{12} \(rows 0\.\.\.\) was dropped"
+    ):
+        send(host, packer, doubt, c, hopper_rows(4, tag=2.0))  # the caller's retry
+    assert (ring_rows(host.buffer.state_dict()) == ring_rows(before)).all()
+    assert doubt.writer not in host._writers  # refusing it did not bring it back
+
+    # a retried task whose first attempt's writer was dropped starts over: refused
+    task = ("a-task-writer", 0)
+    first = ChunkIds(task)
+    for s in first.take([3, 3]):
+        send(host, packer, first, s, hopper_rows(3, tag=3.0, start=s), want_index=False)
+        first.done([s])
+    others(2)
+    retry = ChunkIds(("a-task-writer", 1))
+    length = host.length()
+    with pytest.raises(WriterEvictedError, match="max_writers=2 writers wrote since its last"):
+        send(host, packer, retry, *retry.take([6]), hopper_rows(6, tag=3.0), want_index=False)
+    assert host.length() == length
+
+
+def test_closed_writers_are_dropped_before_active_ones(offline_path):
+    host = BufferHost(make_buffer, (offline_path,), restarted=False, max_writers=2)
+    packer = Packer()
+    active, closed = ChunkIds(), ChunkIds()
+    for ids in (active, closed):  # `closed` wrote last: the most recently active
+        (s,) = ids.take([2])
+        send(host, packer, ids, s, hopper_rows(2), want_index=False)
+        ids.done([s])
+    host.retire(closed.writer, closed.rows)
+    newcomer = ChunkIds()
+    send(host, packer, newcomer, *newcomer.take([1]), hopper_rows(1))
+    assert active.writer in host._writers and closed.writer not in host._writers
+    assert host.info()["writers_evicted"] == 1
+
+
+def test_a_retried_task_is_refused_once_the_memory_of_dropped_writers_overflows(
+    offline_path, monkeypatch
+):
+    from mixreplay.distributed import chunks
+
+    monkeypatch.setattr(chunks, "EVICTED_MEMORY", 4)
+    host = BufferHost(make_buffer, (offline_path,), restarted=False, max_writers=1)
+    packer = Packer()
+    for _ in range(6):  # 5 records dropped, only 4 identities remembered
+        ids = ChunkIds()
+        send(host, packer, ids, *ids.take([1]), hopper_rows(1))
+    assert host.info()["writers_evicted"] == 5
+    retry = ChunkIds(("some-task", 2))  # attempt 2 of a task the actor may have forgotten
+    with pytest.raises(WriterEvictedError, match=r"retried Ray task \(attempt 2\) starts over"):
+        send(host, packer, retry, *retry.take([1]), hopper_rows(1))
+    fresh = ChunkIds(("other-task", 0))  # a first attempt is a new writer
+    assert send(host, packer, fresh, *fresh.take([1]), hopper_rows(1)).tolist() == [6]
+
+
+def test_writer_identities_outside_a_ray_task_are_random():
+    a, b = ChunkIds(), ChunkIds()
+    assert a.writer != b.writer and len(a.writer) == 32
+    assert mint_writer_id()[1] == 0
 
 
 def plain_buffer():
-    return ReplayBuffer(storage=LazyTensorStorage(200), batch_size=4, generator=0)
+    return ReplayBuffer(storage=LazyTensorStorage(400), batch_size=4, generator=0)
 
 
-def tagged(chunk: int, n: int) -> TensorDict:
-    return TensorDict({"chunk": torch.full((n,), chunk), "i": torch.arange(n)}, batch_size=[n])
+def tagged(writer: int, start: int, n: int) -> TensorDict:
+    return TensorDict(
+        {"writer": torch.full((n,), writer), "i": torch.arange(start, start + n)}, batch_size=[n]
+    )
 
 
 @settings(max_examples=40, deadline=None)
 @given(
-    sizes=st.lists(st.integers(1, 6), min_size=1, max_size=8),
-    extra=st.lists(st.integers(0, 7), max_size=8),
+    writers=st.lists(
+        st.tuples(st.integers(1, 12), st.lists(st.integers(1, 5), min_size=1, max_size=4)),
+        min_size=1,
+        max_size=5,
+    ),
+    order=st.lists(st.integers(0, 99), max_size=40),
+    crash=st.one_of(st.none(), st.integers(0, 30)),
     every=st.integers(1, 12),
-    crash=st.one_of(st.none(), st.integers(0, 20)),
+    max_writers=st.integers(1, 6),
     seed=st.integers(0, 2**16),
 )
-def test_any_redelivery_in_any_order_with_a_restart_applies_each_chunk_once(
-    sizes, extra, every, crash, seed
+def test_any_redelivery_retry_or_restart_applies_each_row_at_most_once(
+    writers, order, crash, every, max_writers, seed
 ):
-    """Chunks arrive in any order, some several times; the actor may restart from its last
-    checkpoint midway, after which every chunk arrives again (as if every reply were lost).
-    Each chunk ends up in the buffer exactly once."""
+    """Writers (one Ray task each) send their rows in chunks; each task may be retried from
+    the start with another cut; chunks arrive in any order, some several times; the actor may
+    restart from its last checkpoint midway, and drops records beyond max_writers. Invariants:
+    no row is ever stored twice; a refusal (WriterEvictedError) only ever concerns a writer
+    whose record was dropped, and changes nothing; a writer never dropped ends with each of
+    its rows exactly once once all its chunks were delivered after the last restart."""
     import random
     import tempfile
 
     rng = random.Random(seed)
-    packer, ids = Packer(), ChunkIds()
-    seqs = ids.take(len(sizes))  # all open: nothing acknowledged, so nothing may be forgotten
-    deliveries = list(range(len(sizes))) + [k % len(sizes) for k in extra]
+    packer = Packer()
+    # every delivery: (writer k, attempt, start, n); attempt 1 re-cuts the rows
+    plans = []
+    for k, (n, cut) in enumerate(writers):
+        for attempt in (0, 1):
+            ids = ChunkIds((f"task-{k}", attempt))
+            sizes, left = [], n
+            for c in (cut if attempt == 0 else list(reversed(cut))) * n:
+                if left == 0:
+                    break
+                sizes.append(min(c, left))
+                left -= sizes[-1]
+            plans.append((k, ids, list(zip(ids.take(sizes), sizes))))
+    deliveries = [(p, c) for p, (_, _, chunks) in enumerate(plans) for c in range(len(chunks))]
+    deliveries += [deliveries[i % len(deliveries)] for i in order]
     rng.shuffle(deliveries)
     phases = [deliveries]
-    if crash is not None:  # the actor dies after `crash` deliveries; then every chunk comes again
-        again = list(range(len(sizes)))
+    if crash is not None:  # the actor dies; then every chunk comes again, in any order
+        again = [(p, c) for p, (_, _, chunks) in enumerate(plans) for c in range(len(chunks))]
         rng.shuffle(again)
-        cut = min(crash, len(deliveries))
-        phases = [deliveries[:cut], again + deliveries[cut:]]
+        cut_at = min(crash, len(deliveries))
+        phases = [deliveries[:cut_at], again]
+    dropped = set()
     with tempfile.TemporaryDirectory(prefix="mixreplay-test-") as tmp:
-        kw = {"checkpoint_dir": tmp, "checkpoint_every": every}
+        kw = {"checkpoint_dir": tmp, "checkpoint_every": every, "max_writers": max_writers}
         for i, phase in enumerate(phases):
-            host = BufferHost(plain_buffer, **kw, restarted=i > 0)  # a restart loads the checkpoint
-            for k in phase:
-                send(host, packer, ids, seqs[k], tagged(k, sizes[k]))
+            host = BufferHost(plain_buffer, **kw, restarted=i > 0)
+            for p, c in phase:
+                k, ids, chunks = plans[p]
+                start, n = chunks[c]
+                before = len(host.buffer)
+                try:
+                    send(host, packer, ids, start, tagged(k, start, n), want_index=False)
+                except WriterEvictedError:
+                    assert len(host.buffer) == before
+                    dropped.add(k)
+                rows = host.buffer.read_all_in_order() if len(host.buffer) else None
+                if rows is not None:
+                    pairs = list(zip(rows["writer"].tolist(), rows["i"].tolist()))
+                    assert len(pairs) == len(set(pairs)), "a row was stored twice"
+            dropped |= {k for k, (n, _) in enumerate(writers) if f"task-{k}" not in host._writers}
         rows = host.buffer.read_all_in_order()
-    got = sorted(zip(rows["chunk"].tolist(), rows["i"].tolist()))
-    assert got == [(k, i) for k, n in enumerate(sizes) for i in range(n)]
+    pairs = sorted(zip(rows["writer"].tolist(), rows["i"].tolist()))
+    for k, (n, _) in enumerate(writers):
+        mine = [i for w, i in pairs if w == k]
+        assert len(mine) == len(set(mine))
+        if k not in dropped:
+            assert mine == list(range(n))
 
 
 # -- handle arguments (checked before any actor starts) -------------------------------------------
@@ -370,6 +581,8 @@ def test_any_redelivery_in_any_order_with_a_restart_applies_each_chunk_once(
         ),
         ({"checkpoint_dir": 5}, TypeError, "checkpoint_dir must be a path .* got int 5"),
         ({"checkpoint_dir": "/abs", "resume": "yes"}, TypeError, "resume must be True or False"),
+        ({"max_writers": 0}, ValueError, "max_writers must be an int >= 1, got 0"),
+        ({"max_writers": "8"}, TypeError, "max_writers must be an int, got str '8'"),
     ],
 )
 def test_handle_rejects_bad_options_before_starting_anything(kwargs, err, match):

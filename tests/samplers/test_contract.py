@@ -177,3 +177,41 @@ def test_an_epoch_ends_when_the_rows_are_restored_behind_the_sampler():
     rb.sample(2)
     rb.load_state_dict(saved)  # a restore with the sampler's own state resumes its epoch
     assert rb.sample(3)["x"].tolist() == [10, 11, 12]
+
+
+def test_a_sampler_written_for_torchrls_protocol_is_refused_when_defined():
+    """TorchRL's ``sample(storage, batch_size) -> (index, info)`` is not mixreplay's contract."""
+    with pytest.raises(
+        TypeError,
+        match=r"Mine.sample\(self, storage, batch_size\) follows TorchRL's sampler protocol "
+        r"\(sample\(storage, batch_size\) -> \(index, info\)\); a mixreplay Sampler implements "
+        r"sample\(self, storage, n, generator\) -> index",
+    ):
+
+        class Mine(Sampler):
+            def sample(self, storage, batch_size):
+                return torch.arange(batch_size), {}
+
+    class Fine(Sampler):  # mixreplay's signature, or any that takes the generator
+        def sample(self, storage, n, generator):
+            return torch.zeros(n, dtype=torch.int64)
+
+    assert Fine().sample(None, 2, None).tolist() == [0, 0]
+
+
+@pytest.mark.parametrize(
+    ("name", "way"),
+    [
+        ("extend", r"the buffer tells its sampler of writes \(ReplayBuffer.extend calls"),
+        ("mark_update", r"the buffer tells its sampler of writes"),
+        ("dumps", r"save the buffer that holds it: rb.dumps\(path\)"),
+        ("loads", r"load the buffer that holds it: rb.loads\(path\)"),
+        ("default_priority", r"only a PrioritizedSampler has priorities"),
+    ],
+)
+def test_torchrl_sampler_methods_mixreplay_lacks_name_the_mixreplay_way(name, way):
+    with pytest.raises(AttributeError, match=rf"RandomSampler has no TorchRL '{name}': {way}"):
+        getattr(RandomSampler(), name)
+    with pytest.raises(AttributeError, match=r"'RandomSampler' object has no attribute 'nope'"):
+        RandomSampler().nope  # noqa: B018
+    assert PrioritizedSampler(alpha=1.0).default_priority == 1.0  # TorchRL's: the raw priority

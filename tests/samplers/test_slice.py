@@ -187,20 +187,48 @@ def test_fallback_to_the_root_done_key():
 
 def test_slice_len_one_is_uniform_over_rows():
     storage = FrozenStorage.from_tensordict(stream([1, 1, 1]))
-    index = SliceSampler(1).sample(storage, 300, torch.Generator().manual_seed(0))
-    assert torch.bincount(index).tolist() == pytest.approx([100, 100, 100], abs=30)
+    for uniform_over in ("trajectories", "starts"):
+        sampler = SliceSampler(1, uniform_over=uniform_over)
+        index = sampler.sample(storage, 300, torch.Generator().manual_seed(0))
+        assert torch.bincount(index).tolist() == pytest.approx([100, 100, 100], abs=30)
 
 
 def test_config_repr_equality_pickle():
     s = SliceSampler(8, episode_key=("traj", "id"))
     assert isinstance(s, Sampler) and s.unit == 8 and s.weight(torch.arange(8), None) is None
-    assert s.config() == {"slice_len": 8, "episode_key": ("traj", "id"), "end_key": None}
+    assert s.config() == {
+        "slice_len": 8,
+        "episode_key": ("traj", "id"),
+        "end_key": None,
+        "uniform_over": "trajectories",
+    }
     assert SliceSampler(**json.loads(json.dumps(s.config()))) == s
     assert (
         repr(SliceSampler(4, end_key="done"))
-        == "SliceSampler(slice_len=4, episode_key=None, end_key='done')"
+        == "SliceSampler(slice_len=4, episode_key=None, end_key='done', uniform_over='trajectories')"
     )
     assert pickle.loads(pickle.dumps(s)) == s
+    every = SliceSampler(
+        num_slices=2,
+        strict_length=False,
+        pad_output=True,
+        span=(True, 1),
+        truncated_key=None,
+        init_key=("a", "b"),
+    )
+    assert every.config() == {
+        "num_slices": 2,
+        "episode_key": None,
+        "end_key": None,
+        "strict_length": False,
+        "pad_output": True,
+        "span": [True, 1],
+        "truncated_key": None,
+        "init_key": ("a", "b"),
+        "uniform_over": "trajectories",
+    }
+    assert SliceSampler(**json.loads(json.dumps(every.config()))) == every
+    assert pickle.loads(pickle.dumps(every)) == every
 
 
 # -- errors ------------------------------------------------------------------------------------
@@ -220,7 +248,7 @@ def test_no_episode_long_enough():
     with pytest.raises(
         EmptyBufferError,
         match=r"cannot draw slices of slice_len=4: no episode among the 8 rows is that long \(longest: 3 steps\); "
-        r"collect more steps or lower slice_len",
+        r"collect more steps, lower slice_len, or pass strict_length=False",
     ):
         SliceSampler(4).sample(storage, 8, torch.Generator())
     tiny = LazyTensorStorage(20)
@@ -237,22 +265,51 @@ def test_missing_boundary_keys():
     storage = LazyTensorStorage(20)
     storage.extend(TensorDict({"obs": torch.zeros(10, 2)}, [10]))
     with pytest.raises(
-        KeyError, match=r"none of the keys \[\('next', 'done'\), 'done'\] is in the storage"
+        KeyError,
+        match=r"needs episode boundaries: none of the keys \[\('collector', 'traj_ids'\), "
+        r"'episode', \('next', 'done'\), 'done'\] is in the storage \(keys: \['obs'\]\)\. "
+        r"Pass traj_key= \(an episode id per row\) or end_key= \(a done flag per row\)",
     ):
         SliceSampler(2).sample(storage, 4, torch.Generator())
-    with pytest.raises(KeyError, match=r"none of the keys \['terminal'\] is in the storage"):
-        SliceSampler(2, end_key="terminal").sample(storage, 4, torch.Generator())
-    with pytest.raises(KeyError, match=r"key 'eid' not found in storage with keys \['obs'\]"):
-        SliceSampler(2, episode_key="eid").sample(storage, 4, torch.Generator())
-
-
-def test_episode_ids_must_be_integers():
-    storage = LazyTensorStorage(20)
-    storage.extend(TensorDict({"eid": torch.zeros(10)}, [10]))
     with pytest.raises(
-        TypeError, match=r"episode_key 'eid' must hold integer episode ids, got torch.float32"
+        KeyError,
+        match=r"none of the keys \[\('collector', 'traj_ids'\), 'episode', 'terminal'\] is in",
+    ):
+        SliceSampler(2, end_key="terminal").sample(storage, 4, torch.Generator())
+    with pytest.raises(
+        KeyError, match=r"none of the keys \['eid', \('next', 'done'\), 'done'\] is in the storage"
     ):
         SliceSampler(2, episode_key="eid").sample(storage, 4, torch.Generator())
+
+
+def test_episode_ids_of_any_real_dtype_and_one_per_row():
+    """TorchRL's own examples use float episode ids (``torch.zeros(100)``)."""
+    storage = LazyTensorStorage(20)
+    storage.extend(TensorDict({"eid": torch.tensor([0.0] * 5 + [1.5] * 5)}, [10]))
+    index = SliceSampler(5, traj_key="eid").sample(storage, 40, torch.Generator().manual_seed(0))
+    assert drawn_slices(index, 5) == {(0, 1, 2, 3, 4), (5, 6, 7, 8, 9)}
+    for column, message in (
+        (
+            torch.zeros(10, dtype=torch.complex64),
+            r"traj_key 'eid' must hold real episode ids, got torch.complex64",
+        ),
+        (torch.zeros(10, 2), r"traj_key 'eid' must hold one id per row, got shape \[2\] per row"),
+    ):
+        storage = LazyTensorStorage(20)
+        storage.extend(TensorDict({"eid": column}, [10]))
+        with pytest.raises(TypeError, match=message):
+            SliceSampler(2, traj_key="eid").sample(storage, 4, torch.Generator())
+
+
+def test_end_flags_are_one_per_row():
+    """TorchRL refuses a multi-element end signal; mixreplay did OR it silently."""
+    storage = LazyTensorStorage(20)
+    storage.extend(TensorDict({("next", "done"): torch.zeros(10, 5, 1, dtype=torch.bool)}, [10]))
+    with pytest.raises(
+        TypeError,
+        match=r"end key \('next', 'done'\) must hold one flag per row, got shape \[5, 1\] per row",
+    ):
+        SliceSampler(2).sample(storage, 4, torch.Generator())
 
 
 @pytest.mark.parametrize(
@@ -426,9 +483,20 @@ def test_torchrl_spelling():
     with pytest.raises(ValueError, match=r"num_slices=2 slices of n // 2 steps: n=5 is not"):
         by_count.sample(storage, 5, g)
     tolerated = SliceSampler(
-        slice_len=3, strict_length=True, cache_values=True, compile=False, span=False
+        slice_len=3,
+        strict_length=True,
+        cache_values=True,
+        compile=False,
+        span=False,
+        use_gpu=False,
+        truncated_key=("next", "truncated"),
+        init_key="is_init",
+        pad_output=False,
+        step_key="step_count",
+        fragmented=False,
+        replacement=True,
     )
-    assert tolerated == SliceSampler(3)
+    assert tolerated == SliceSampler(3)  # TorchRL's defaults, passed explicitly
 
 
 def test_end_keys_are_or_ed_and_absent_ones_skipped():
@@ -447,7 +515,9 @@ def test_end_keys_are_or_ed_and_absent_ones_skipped():
     ]
     starts = sampler._valid_start_slots(storage).tolist()
     assert starts == [0, 2, 4, 5, 6]  # never from step 1 to step 2
-    with pytest.raises(KeyError, match=r"none of the keys \['x'\] is in the storage"):
+    with pytest.raises(
+        KeyError, match=r"none of the keys \[\('collector', 'traj_ids'\), 'episode', 'x'\] is in"
+    ):
         SliceSampler(2, end_keys=["x"]).sample(storage, 2, torch.Generator())
 
 
@@ -457,36 +527,70 @@ def test_end_keys_are_or_ed_and_absent_ones_skipped():
         (lambda: SliceSampler(), r"needs exactly one of slice_len= .* and num_slices="),
         (lambda: SliceSampler(4, num_slices=2), r"needs exactly one of slice_len="),
         (lambda: SliceSampler(4, episode_key="a", traj_key="b"), r"the same argument"),
-        (
-            lambda: SliceSampler(4, end_key="a", end_keys=["b"]),
-            r"end_key and end_keys are exclusive",
-        ),
         (lambda: SliceSampler(4, end_keys="done"), r"end_keys must be a list of keys, got 'done'"),
         (lambda: SliceSampler(4, end_keys=[]), r"end_keys must be a non-empty list of keys"),
-        (
-            lambda: SliceSampler(4, strict_length=False),
-            r"SliceSampler does not support TorchRL's strict_length=False \(only True, which is "
-            r"mixreplay's behaviour\); every slice is whole",
-        ),
-        (
-            lambda: SliceSampler(4, truncated_key=("next", "truncated")),
-            r"writes nothing into the batch",
-        ),
-        (
-            lambda: SliceSampler(4, init_key="is_init"),
-            r"first step of slice k is row k \* slice_len",
-        ),
-        (lambda: SliceSampler(4, span=True), r"never run past an episode"),
         (lambda: SliceSampler(4, fragmented=True), r"extend each env's steps consecutively"),
-        (lambda: SliceSampler(4, replacement=False), r"drawn with replacement"),
+        (
+            lambda: SliceSampler(4, replacement=False),
+            r"TorchRL's replacement=False .*SliceSamplerWithoutReplacement, which mixreplay does "
+            r"not have\); for one pass over the rows use SamplerWithoutReplacement",
+        ),
         (lambda: SliceSampler(4, ends=torch.ones(3)), r"boundaries are read from the rows"),
-        (lambda: SliceSampler(4, use_gpu=True), r"the index lives on the storage's device"),
-        (lambda: SliceSampler(4, pad_output=True), r"nothing to pad"),
         (lambda: SliceSampler(4, slices=2), r"got an unexpected keyword argument 'slices'"),
+        (
+            lambda: SliceSampler(4, strict_length=0),
+            r"strict_length must be True or False, got int 0",
+        ),
+        (
+            lambda: SliceSampler(4, span=(1, 2, 3)),
+            r"span must be a bool, an int or \(left, right\)",
+        ),
+        (
+            lambda: SliceSampler(4, span=-1),
+            r"span's left side must be a bool or an int >= 0, got -1",
+        ),
+        (lambda: SliceSampler(4, truncated_key=3), r"truncated_key must be a key"),
     ],
 )
 def test_torchrl_arguments_mixreplay_lacks_are_refused(make, message):
     with pytest.raises(TypeError, match=message):
+        make()
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (
+            lambda: SliceSampler(4, end_key="a", end_keys=["b"]),
+            RuntimeError,  # TorchRL's exception
+            r"end_key and end_keys are exclusive arguments",
+        ),
+        (
+            lambda: SliceSampler(4, traj_key="traj", pad_output=True),
+            ValueError,
+            r"pad_output=True is incompatible with strict_length=True: padding only happens when "
+            r"short trajectories are kept, which requires strict_length=False",
+        ),
+        (
+            lambda: SliceSampler(4, span=(0, 4)),
+            ValueError,
+            r"span's right side 4 must be lower than slice_len=4",
+        ),
+        (
+            lambda: SliceSampler(4, uniform_over="steps"),
+            ValueError,
+            r"uniform_over must be 'trajectories' \(TorchRL's: each episode long enough equally "
+            r"likely\) or 'starts' \(each valid start equally likely\), got 'steps'",
+        ),
+        (
+            lambda: SliceSampler(4, uniform_over="starts", strict_length=False),
+            ValueError,
+            r"uniform_over='starts'\) draws whole slices only",
+        ),
+    ],
+)
+def test_conflicting_torchrl_arguments(make, error, message):
+    with pytest.raises(error, match=message):
         make()
 
 

@@ -226,3 +226,34 @@ def test_device(device):
     found = tree.find(torch.tensor([0.5, 4949.5]))
     assert found.device.type == device and found.tolist() == [1, 99]
     assert "SumTree(capacity=100, total=4950" in repr(tree)
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=updates(), set_first=st.booleans())
+def test_the_max_levels_follow_every_update(case, set_first):
+    """``track_max``: the max is the largest leaf after any updates (and after set_leaves),
+    each parent the max of its children; without it the tree has no such levels."""
+    capacity, batches, (arity, top) = case
+    tree = SumTree(capacity, arity=arity, top=top, track_max=True)
+    expected = np.zeros(capacity)
+    if set_first:
+        start = torch.arange(capacity, dtype=torch.float64)
+        tree.set_leaves(start)
+        expected[:] = start.numpy()
+    for batch in batches:
+        for i, v in batch:
+            expected[i] = v
+        if batch:
+            index, values = zip(*batch, strict=True)
+            tree.update(torch.tensor(index), torch.tensor(values, dtype=torch.float64))
+        assert float(tree.max_tensor()) == expected.max() == tree.max()
+    assert tree._maxs is not None
+    for children, parent in itertools.pairwise(tree._maxs):
+        rows = children.view(-1, arity)
+        assert torch.equal(parent[: rows.shape[0]], rows.amax(1))
+    plain = SumTree(capacity, arity=arity, top=top)
+    assert not plain.tracks_max and tree.tracks_max
+    with pytest.raises(
+        ValueError, match=r"SumTree.max_tensor needs a tree built with track_max=True"
+    ):
+        plain.max_tensor()

@@ -166,7 +166,7 @@ def test_torchrl_sota_script_runs_on_mixreplay(dtype, datasets, tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"{dtype}: the script trained for {report['seconds']:.1f} s")  # shown with -s
-    assert report["buffer"] == "mixreplay.buffers.offline_to_online.OfflineToOnlineReplayBuffer"
+    assert report["buffer"] == "mixreplay.mixing.offline_to_online.OfflineToOnlineReplayBuffer"
     assert report["offline"] == "OfflineDataset"
     assert report["offline_transforms"] == ["DoubleToFloat"]  # the script's own append_transform
     assert report["collected_frames"] == 2000 and report["online_rows"] == 2000

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -23,8 +20,6 @@ from mixreplay.storages.ring import (
     LazyMemmapStorage,
     LazyTensorStorage,
     TensorStorage,
-    _remove_scratch,
-    _reserve,
     check_saved_rows,
 )
 
@@ -42,7 +37,7 @@ log = logging.getLogger(__name__)
 class _Pool:
     """Exception rows with a free list: ``rows [P, Xw]``, ids handed out and taken back."""
 
-    def __init__(self, rows: torch.Tensor, free: list[int], release: Callable[[], None] | None):
+    def __init__(self, rows: torch.Tensor, free: list[int], release: Callable[[], Any] | None):
         self.rows = rows
         self.free = free
         self.release = release  # removes a file behind ``rows`` (memory-mapped rings)
@@ -412,20 +407,8 @@ class DedupLazyMemmapStorage(_DedupRing, LazyMemmapStorage):
     def _allocate_pool(self, rows: int, words: int) -> _Pool:
         if self.__dict__.get("_in_memory"):  # an unpickled copy: its rows are in memory too
             return _DedupRing._allocate_pool(self, rows, words)
-        directory = os.path.dirname(self.filename) if self.filename else self.scratch_dir
-        if directory is None:  # pragma: no cover - the rows file is always made first
-            raise RuntimeError("the exception pool is allocated after the rows")
-        fd, filename = tempfile.mkstemp(prefix="next-", suffix=".bin", dir=directory)
-        nbytes = rows * words * WORD_BYTES
-        try:
-            _reserve(fd, nbytes, filename)
-        except BaseException:
-            os.close(fd)
-            _remove_scratch(directory, False, filename)
-            raise
-        os.close(fd)
-        release = weakref.finalize(self, _remove_scratch, directory, False, filename)
-        t = torch.from_file(filename, shared=True, size=rows * words, dtype=torch.int64)
+        # beside the rows: in scratch_dir, or unlinked once mapped (see LazyMemmapStorage)
+        t, _, release = self._map("next-", rows * words * WORD_BYTES)
         return _Pool(t.view(rows, words), list(range(rows)), release)
 
     def _release_rows(self) -> None:
@@ -435,16 +418,17 @@ class DedupLazyMemmapStorage(_DedupRing, LazyMemmapStorage):
             self._finalizer = None
             self.filename = None
 
-    def close(self) -> None:
-        """Remove the backing files (rows and exceptions); the rows are gone."""
+    def _close(self) -> bool:
+        # the rows and the exception pool (close() and cleanup() both come here)
         with self.lock:
             pool = self._pool
+            removed = False
             if pool is not None and pool.release is not None:
-                pool.release()
+                removed = bool(pool.release())
             self._pool = None
             self._exceptions = self._exception_of = None
             self._dedup = None
-            super().close()
+            return super()._close() or removed
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()

@@ -11,20 +11,15 @@ from tensordict import TensorDictBase
 
 from mixreplay._state import Plan, state_fraction
 from mixreplay._validate import check_int
-from mixreplay.buffers.engine import MixingBuffer, as_source, check_fraction
 from mixreplay.buffers.replay import ReplayBuffer
 from mixreplay.errors import CheckpointError
+from mixreplay.mixing.engine import MixingBuffer
+from mixreplay.mixing.fractions import check_fraction, plan_schedule, schedule_config
+from mixreplay.mixing.source import BufferSource, as_mix_source
+from mixreplay.mixing.split import split_counts
 from mixreplay.samplers import Sampler
-from mixreplay.schedules import (
-    Anneal,
-    CallableSchedule,
-    Constant,
-    Schedule,
-    as_schedule,
-    check_step,
-)
+from mixreplay.schedules import Anneal, Constant, Schedule, as_schedule, check_step
 from mixreplay.schema import NestedKey
-from mixreplay.split import split_counts
 from mixreplay.storages.base import check_row
 from mixreplay.storages.ring import LazyTensorStorage
 from mixreplay.transforms import Transform
@@ -32,32 +27,6 @@ from mixreplay.transforms import Transform
 __all__ = ["OfflineToOnlineReplayBuffer"]
 
 log = logging.getLogger(__name__)
-
-
-def schedule_config(schedule: Schedule) -> dict[str, Any]:
-    """A schedule's config, or for a plain function its ``repr`` only (it cannot be stored)."""
-    try:
-        return schedule.to_config()
-    except TypeError:
-        return {"type": None, "repr": repr(schedule)}
-
-
-def plan_schedule(saved: Any, current: Schedule, what: str) -> Schedule:
-    """The schedule a saved config stands for (the buffer's own plain function for a ``repr``)."""
-    if not isinstance(saved, dict):
-        raise CheckpointError(f"{what}: a schedule config is a dict, got {saved!r}")
-    if saved.get("type") is None:  # a plain function was saved by repr only
-        if not isinstance(current, CallableSchedule):
-            raise CheckpointError(
-                f"{what} was a plain function ({saved.get('repr')}), which a checkpoint cannot "
-                f"store; build the buffer with that same function, got {current!r}"
-            )
-        return current
-    try:
-        schedule = Schedule.from_config(saved)
-    except (ValueError, TypeError) as err:
-        raise CheckpointError(f"{what}: {err}") from None
-    return current if current == schedule else schedule
 
 
 class OfflineToOnlineReplayBuffer(MixingBuffer):
@@ -192,7 +161,7 @@ class OfflineToOnlineReplayBuffer(MixingBuffer):
                 "directly to your dataset constructor instead"
             )
         self._init_common(batch_size, generator, transform, source_key, prefetch, pin_memory)
-        offline = as_source(offline_dataset, "offline")
+        offline = as_mix_source(offline_dataset, "offline")
         if len(offline) == 0:
             raise ValueError(
                 f"the offline dataset ({type(offline_dataset).__name__}) holds no rows; fill it "
@@ -202,7 +171,7 @@ class OfflineToOnlineReplayBuffer(MixingBuffer):
         self._online_buffer = ReplayBuffer(
             storage=online_storage, sampler=online_sampler, generator=self._generator
         )
-        self._init_sources(("offline", "online"), [offline, self._online_buffer])
+        self._init_sources(("offline", "online"), [offline, BufferSource(self._online_buffer)])
         self._base_fraction = self._fraction_at(0) if base is None else base
 
     # -- the fraction: one schedule of the step ------------------------------------------------

@@ -10,11 +10,17 @@ import torch
 from tensordict import TensorDictBase
 
 from mixreplay._state import Plan, state_int
-from mixreplay._validate import check_real
-from mixreplay.buffers.engine import MixingBuffer, as_source, check_fraction
-from mixreplay.buffers.offline_to_online import plan_schedule, schedule_config
 from mixreplay.buffers.replay import ReplayBuffer
 from mixreplay.errors import CheckpointError, ReadOnlyError
+from mixreplay.mixing.engine import MixingBuffer
+from mixreplay.mixing.fractions import (
+    Weight,
+    check_fraction,
+    plan_schedule,
+    schedule_config,
+)
+from mixreplay.mixing.source import as_mix_source
+from mixreplay.mixing.split import carried_split
 from mixreplay.samplers import Sampler
 from mixreplay.schedules import Schedule, as_schedule, check_step
 from mixreplay.schema import NestedKey
@@ -22,57 +28,7 @@ from mixreplay.storages.base import Storage
 from mixreplay.storages.foreign import looks_like_storage
 from mixreplay.transforms import Transform
 
-__all__ = ["MixtureReplayBuffer", "carried_split"]
-
-
-def carried_split(
-    units: int, weights: list[float], carry: list[float]
-) -> tuple[list[int], list[float]]:
-    """Split ``units`` by ``weights`` (normalized), carrying what rounding left over.
-
-    Each count is the floor or the ceiling of its quota ``units * w_i``; the units
-    left after the floors go to the sources furthest behind their long-run share
-    (largest ``carry_i + remainder_i``; ties to the earlier source). The new carry
-    is ``carry_i + quota_i - count_i``: it stays in ``(-1, 1)``, so after any number
-    of batches each source's total is within one row of its total quota, and the
-    long-run share converges to the weights.
-
-    Returns:
-        ``(counts, new_carry)``.
-
-    Examples:
-        >>> counts, carry = carried_split(10, [1, 1, 1], [0.0, 0.0, 0.0])
-        >>> counts
-        [4, 3, 3]
-        >>> carried_split(10, [1, 1, 1], carry)[0]
-        [3, 4, 3]
-    """
-    total = math.fsum(weights)
-    n = len(weights)
-    if total == 0:
-        weights, total = [1.0] * n, float(n)
-    elif math.isinf(total):
-        top = max(weights)
-        weights = [w / top for w in weights]
-        total = math.fsum(weights)
-    quotas = [units * w / total for w in weights]
-    counts = [math.floor(q) for q in quotas]
-    left = units - sum(counts)
-    if left:
-        # only sources with a fractional quota may take an extra unit: counts stay floor or ceil
-        candidates = sorted(
-            (i for i in range(n) if quotas[i] - counts[i] > 1e-12),
-            key=lambda i: (-(carry[i] + quotas[i] - counts[i]), i),
-        )
-        if len(candidates) < left:  # float rounding: complete in order of weight
-            candidates += sorted(
-                (i for i in range(n) if i not in candidates), key=lambda i: -weights[i]
-            )
-        for i in candidates[:left]:
-            counts[i] += 1
-    new = [c + q - k for c, q, k in zip(carry, quotas, counts)]
-    mean = math.fsum(new) / n  # the carries sum to 0; keep float drift from accumulating
-    return counts, [c - mean for c in new]
+__all__ = ["MixtureReplayBuffer", "carried_split"]  # carried_split: its home is mixing.split
 
 
 class MixtureReplayBuffer(MixingBuffer):
@@ -81,13 +37,16 @@ class MixtureReplayBuffer(MixingBuffer):
     Counts: each batch gives source ``i`` the floor or the ceiling of its quota
     ``B * w_i`` (``w`` the fractions normalized over the sources that have rows), so
     every batch is within one row of exact. The rows rounding leaves over go to the
-    sources furthest behind their long-run share, a remainder carried from batch to
-    batch (and saved in checkpoints): after any number of batches each source's
-    total is within one row of its total quota, so the long-run share converges to
-    the weights (weights 1:1:1 at ``B=10`` give 4/3/3, 3/4/3, 3/3/4, ...). See
-    :func:`carried_split`. Sources with nothing to draw are skipped and their share
-    goes to the others in proportion to their fractions (the carry restarts when the
-    set of such sources changes).
+    sources whose running total would soonest fall a row behind their running quota,
+    a remainder carried from batch to batch (and saved in checkpoints): while the
+    fractions stay the same, after any number of batches each source's total is less
+    than one row from its total quota, however small its weight, so the long-run
+    share converges to the weights (weights 1:1:1 at ``B=10`` give 4/3/3, 3/4/3,
+    3/3/4, ...). While a schedule changes the fractions every batch, a source may be
+    a little more than one row behind for a while. See
+    :func:`~mixreplay.mixing.split.carried_split`. Sources with nothing to draw are
+    skipped and their share goes to the others in proportion to their fractions (the
+    carry restarts when the set of such sources changes).
 
     Args:
         sources: name -> a mixreplay buffer or dataset, a storage, a TorchRL buffer or
@@ -182,23 +141,19 @@ class MixtureReplayBuffer(MixingBuffer):
                     f"samplers[{name!r}] applies to a source given as a storage; source {name!r} is a "
                     f"{type(obj).__name__}, which keeps its own sampler"
                 )
-            src = as_source(obj, name)
-            if isinstance(src, ReplayBuffer) and not src.storage.writable and len(src) == 0:
+            if isinstance(obj, ReplayBuffer) and not obj.storage.writable and len(obj) == 0:
                 raise ValueError(
                     f"source {name!r} ({type(obj).__name__}) is read-only and holds no rows, so it could "
                     "never contribute to a batch; fill the dataset before mixing, or drop the source"
                 )
-            built.append(src)
-        self._schedules: dict[str, Schedule] = {}
-        self._fixed: dict[str, float] = {}
+            built.append(as_mix_source(obj, name))
+        # one schedule per source; a number is a constant Weight
+        self._fractions: list[Schedule] = [
+            as_schedule(f) if callable(f) else Weight(f, f"fractions[{name!r}]")
+            for name, f in ((name, fractions[name]) for name in sources)
+        ]
         self._cache: tuple[int | float, list[float]] | None = None
-        for name in sources:
-            f = fractions[name]
-            if callable(f):
-                self._schedules[name] = as_schedule(f)
-            else:
-                self._fixed[name] = check_fraction_weight(f, f"fractions[{name!r}]")
-        if not self._schedules and sum(self._fixed.values()) == 0:
+        if all(isinstance(f, Weight) and f.weight == 0 for f in self._fractions):
             raise ValueError(
                 f"fractions sum to 0 ({dict(fractions)}); give at least one source a share"
             )
@@ -211,21 +166,19 @@ class MixtureReplayBuffer(MixingBuffer):
 
     def _evaluate(self, step: int | float) -> list[float]:
         cached = self._cache
-        if cached is not None and cached[0] == step:  # fixed weights and schedules of the step
+        if cached is not None and cached[0] == step:  # weights and schedules of the step alone
             return cached[1]
         sizes = None
         out = []
-        for name in self._names:
-            if name in self._fixed:
-                out.append(self._fixed[name])
-                continue
-            schedule = self._schedules[name]
+        for name, schedule in zip(self._names, self._fractions):
             if schedule.needs_sizes and sizes is None:
                 sizes = {n: len(s) for n, s in zip(self._names, self._sources)}
             value = schedule(step, sizes=sizes if schedule.needs_sizes else None)
-            out.append(
-                check_fraction(value, f"fractions[{name!r}] at step {step}", open_interval=False)
-            )
+            if not isinstance(schedule, Weight):  # a weight is any number >= 0, checked once
+                value = check_fraction(
+                    value, f"fractions[{name!r}] at step {step}", open_interval=False
+                )
+            out.append(value)
         if sizes is None:
             self._cache = (step, out)
         return out
@@ -271,8 +224,8 @@ class MixtureReplayBuffer(MixingBuffer):
         return self._step
 
     def source(self, name: str) -> Any:
-        """The buffer behind source ``name``."""
-        return self._sources[self._index(name)]
+        """The buffer (or dataset) behind source ``name``, as given or built from a storage."""
+        return self._sources[self._index(name)].obj
 
     def _index(self, name: str) -> int:
         try:
@@ -283,10 +236,10 @@ class MixtureReplayBuffer(MixingBuffer):
     def extend(self, data: TensorDictBase, *, source: str) -> torch.Tensor:
         """Write rows to source ``source``; return the slots written."""
         i = self._index(source)
-        buf = self._sources[i]
-        if not isinstance(buf, ReplayBuffer) or not buf.storage.writable:
+        src = self._sources[i]
+        if not src.writable:
             raise ReadOnlyError(
-                f"source {source!r} is read-only ({type(buf).__name__}): mixreplay samples it but "
+                f"source {source!r} is read-only ({type(src.obj).__name__}): mixreplay samples it but "
                 "does not write to it; extend a writable source (a storage or a ReplayBuffer over one)"
             )
         return self._write(i, data)
@@ -295,11 +248,11 @@ class MixtureReplayBuffer(MixingBuffer):
 
     def _mixing_state(self) -> dict[str, Any]:
         fractions: dict[str, Any] = {}
-        for name in self._names:
-            if name in self._fixed:
-                fractions[name] = {"fixed": self._fixed[name]}
+        for name, schedule in zip(self._names, self._fractions):
+            if isinstance(schedule, Weight):
+                fractions[name] = {"fixed": schedule.weight}
             else:
-                fractions[name] = {"schedule": schedule_config(self._schedules[name])}
+                fractions[name] = {"schedule": schedule_config(schedule)}
         return {
             "fractions": fractions,
             "step": self._step,
@@ -312,50 +265,54 @@ class MixtureReplayBuffer(MixingBuffer):
             raise CheckpointError(
                 f"the state's fractions do not name this buffer's sources: {saved!r}"
             )
-        fixed, schedules = {}, {}
-        for name in self._names:
+        planned: list[Schedule] = []
+        for name, current in zip(self._names, self._fractions):
             entry = saved[name]
+            what = f"fractions[{name!r}]"
             if not isinstance(entry, dict):
-                raise CheckpointError(f"fractions[{name!r}] must be a dict, got {entry!r}")
+                raise CheckpointError(f"{what} must be a dict, got {entry!r}")
             if "fixed" in entry:
                 try:
-                    fixed[name] = check_fraction_weight(entry["fixed"], f"fractions[{name!r}]")
+                    weight = Weight(entry["fixed"], what)
                 except (TypeError, ValueError) as err:
                     raise CheckpointError(str(err)) from None
+                planned.append(current if current == weight else weight)
             else:
-                current = self._schedules.get(name) or as_schedule(self._fixed[name])
-                schedules[name] = plan_schedule(
-                    entry.get("schedule"), current, f"fractions[{name!r}]"
-                )
+                planned.append(plan_schedule(entry.get("schedule"), current, what))
         step = state.get("step")
         if isinstance(step, bool) or not isinstance(step, (int, float)) or not step >= 0:
             raise CheckpointError(f"step must be a number >= 0, got {step!r}")
         carry = state.get("carry")
         live: tuple[int, ...] = ()
-        values = [0.0] * len(self._names)
+        values: list[float] = [0.0] * len(self._names)
         if carry is not None:  # format 1 had no carry
-            if not isinstance(carry, dict):
-                raise CheckpointError(f"carry must be a dict, got {carry!r}")
-            live = tuple(state_int(i, "carry live source") for i in carry.get("live", []))
-            values = carry.get("values")  # type: ignore[assignment]
+            saved_live = carry.get("live", []) if isinstance(carry, dict) else None
+            saved_values = carry.get("values") if isinstance(carry, dict) else None
+            # any finite carry: under a schedule a source may run more than one row behind
             if (
-                not isinstance(values, list)
-                or len(values) != len(self._names)
+                not isinstance(saved_live, list)
+                or not isinstance(saved_values, list)
+                or len(saved_values) != len(self._names)
                 or any(
-                    isinstance(v, bool) or not isinstance(v, (int, float)) or not abs(v) < 1
-                    for v in values
+                    isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                    for v in saved_values
                 )
-                or any(i >= len(self._names) for i in live)
             ):
                 raise CheckpointError(
-                    f"carry must hold {len(self._names)} numbers in (-1, 1) and live source "
+                    f"carry must hold {len(self._names)} finite numbers and live source "
                     f"indices, got {carry!r}"
                 )
+            live = tuple(state_int(i, "carry live source") for i in saved_live)
+            if any(i >= len(self._names) for i in live):
+                raise CheckpointError(
+                    f"carry live source indices must be below {len(self._names)}, got {list(live)}"
+                )
+            values = [float(v) for v in saved_values]
 
         def apply() -> None:
-            self._fixed, self._schedules, self._cache = fixed, schedules, None
+            self._fractions, self._cache = planned, None
             self._step = step
-            self._carry_live, self._carry = live, [float(v) for v in values]
+            self._carry_live, self._carry = live, values
             self._pending = None
 
         return apply
@@ -366,10 +323,3 @@ class MixtureReplayBuffer(MixingBuffer):
             for n, s, f in zip(self._names, self._sources, self._evaluate(self._step))
         )
         return f"{type(self).__name__}({parts}, batch_size={self._batch_size})"
-
-
-def check_fraction_weight(value: Any, name: str) -> float:
-    """A mixture weight: a finite number >= 0 (weights are normalized over the sources)."""
-    return check_real(
-        value, name, min=0.0, what="a number >= 0 (a weight), a Schedule or a function of the step"
-    )

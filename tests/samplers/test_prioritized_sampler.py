@@ -354,10 +354,14 @@ def test_config_repr_equality_pickle():
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"alpha": -0.1}, ValueError, r"alpha must be a finite number >= 0, got -0.1"),
-        ({"alpha": float("nan")}, ValueError, r"alpha must be a finite number >= 0, got nan"),
-        ({"beta": 1.5}, ValueError, r"beta must be a finite number in \[0, 1\], got 1.5"),
-        ({"beta": -1}, ValueError, r"beta must be a finite number in \[0, 1\], got -1.0"),
+        (
+            {"alpha": -0.1},
+            ValueError,
+            r"alpha must be greater or equal than 0, got alpha=-0.1 \(0 samples uniformly",
+        ),
+        ({"alpha": float("nan")}, ValueError, r"alpha must be a finite number, got nan"),
+        ({"beta": -1}, ValueError, r"beta must be a finite number >= 0, got -1.0"),
+        ({"beta": float("inf")}, ValueError, r"beta must be a finite number >= 0, got inf"),
         ({"eps": 0.0}, ValueError, r"eps must be a finite number > 0, got 0.0"),
         ({"eps": float("inf")}, ValueError, r"eps must be a finite number > 0, got inf"),
         ({"alpha": "0.6"}, TypeError, r"alpha must be a number, got str '0.6'"),
@@ -377,9 +381,11 @@ def test_invalid_config(kwargs, error, message):
 
 def test_beta_setter_validates():
     s = PrioritizedSampler()
-    with pytest.raises(ValueError, match=r"beta must be a finite number in \[0, 1\], got 2.0"):
-        s.beta = 2.0
+    with pytest.raises(ValueError, match=r"beta must be a finite number >= 0, got -2.0"):
+        s.beta = -2.0
     assert s.beta == 0.4
+    s.beta = 1.1  # TorchRL allows beta > 1 (its tutorial uses 1.1)
+    assert s.beta == 1.1 and PrioritizedSampler(max_capacity=4, alpha=0.7, beta=1.1).beta == 1.1
 
 
 def test_update_priority_errors():
@@ -512,7 +518,9 @@ def prioritized_buffer(capacity=10, n=10, **kwargs) -> ReplayBuffer:
         ({"priorities": "ones"}, r"'priorities' must be a real tensor, got str 'ones'"),
         ({"capacity": -3}, r"'capacity' must be an int >= 0, got int -3"),
         ({"write_count": 2.5}, r"'write_count' must be an int >= -1, got float 2.5"),
-        ({"beta": 2.0}, r"beta' must be a finite number in \[0, 1\], got 2.0"),
+        ({"beta": -2.0}, r"beta' must be a finite number >= 0, got -2.0"),
+        ({"alpha": -1.0}, r"alpha' must be a finite number >= 0, got -1.0"),
+        ({"max_raw": float("nan")}, r"max_raw' must be a finite number >= 0, got nan"),
     ],
 )
 def test_a_crafted_sampler_state_is_refused_and_changes_nothing(edit, message):
@@ -696,16 +704,22 @@ def test_torchrl_spelling_keywords_and_positional():
             r"takes at most 4 positional arguments \(max_capacity, alpha, beta, eps\), got 5",
         ),
         (
-            lambda: PrioritizedSampler(max_capacity=10, alpha=1, beta=1, dtype=torch.float32),
+            lambda: PrioritizedSampler(max_capacity=10, alpha=1, beta=1, dtype=torch.float16),
             TypeError,
-            r"does not support TorchRL's dtype=torch.float32 \(only torch.float64, which is "
-            r"mixreplay's behaviour\); mixreplay keeps priorities in float64",
+            r"does not support TorchRL's dtype=torch.float16 \(only torch.float32 / "
+            r"torch.float64, which is mixreplay's behaviour\); mixreplay keeps priorities in "
+            r"float64 whatever dtype= says",
         ),
         (
-            lambda: PrioritizedSampler(alpha=1, max_priority_within_buffer=True),
+            lambda: PrioritizedSampler(max_capacity=10, alpha=1, beta=1, replacement=False),
             TypeError,
-            r"TorchRL's max_priority_within_buffer=True .*largest priority assigned since the "
-            r"sampler was created",
+            r"TorchRL's replacement=False .*PrioritizedSampler has no without-replacement "
+            r"variant; cannot be instantiated with replacement=False",
+        ),
+        (
+            lambda: PrioritizedSampler(alpha=1, max_priority_within_buffer=1),
+            TypeError,
+            r"PrioritizedSampler max_priority_within_buffer must be True or False, got int 1",
         ),
         (
             lambda: PrioritizedSampler(alpha=1, reduction="sum"),
@@ -751,3 +765,199 @@ def test_every_torchrl_prioritized_sampler_argument_is_handled():
     ours = set(inspect.signature(PrioritizedSampler.__init__).parameters) | set(_TORCHRL)
     theirs = set(inspect.signature(TorchRLPrioritizedSampler.__init__).parameters)
     assert theirs - {"self"} <= ours
+
+
+# -- TorchRL's meanings: beta > 1, annealed alpha and beta, max_priority_within_buffer ------------
+
+
+def leaves(sampler: PrioritizedSampler, n: int) -> torch.Tensor:
+    assert sampler.tree is not None
+    return sampler.tree.leaves[:n].clone()
+
+
+def test_beta_above_one_over_corrects():
+    sampler = PrioritizedSampler(alpha=1.0, beta=1.1)  # TorchRL's tutorial value
+    storage = filled(5, 5, sampler)
+    sampler.update_priority(torch.arange(5), torch.tensor([1.0, 2.0, 4.0, 8.0, 16.0]))
+    w = sampler.weight(torch.arange(5), storage)
+    p = torch.tensor([1.0, 2.0, 4.0, 8.0, 16.0], dtype=torch.float64) + 1e-6
+    torch.testing.assert_close(w, ((p.min() / p) ** 1.1).float())
+
+
+def test_setting_alpha_reweights_every_stored_priority():
+    raw = torch.tensor([0.5, 1.0, 3.0, 10.0, 0.0, 7.0], dtype=torch.float64)
+    sampler = PrioritizedSampler(alpha=1.0, beta=0.5, eps=1e-3)
+    storage = filled(8, 6, sampler)
+    sampler.update_priority(torch.arange(6), raw)
+    for alpha in (0.5, 0.2, 0.9, 1.3):
+        sampler.alpha = alpha
+        assert sampler.alpha == alpha
+        torch.testing.assert_close(leaves(sampler, 6), (raw + 1e-3) ** alpha)
+        assert sampler.max_priority == pytest.approx((10.0 + 1e-3) ** alpha)
+        assert sampler.default_priority == pytest.approx(10.0)
+        # the same as a sampler built with this alpha and given the same priorities
+        fresh = PrioritizedSampler(alpha=alpha, beta=0.5, eps=1e-3)
+        filled(8, 6, fresh)
+        fresh.update_priority(torch.arange(6), raw)
+        torch.testing.assert_close(leaves(sampler, 6), leaves(fresh, 6))
+        assert sampler.tree.min() == pytest.approx(fresh.tree.min())
+    index = storage.extend(rows(2))  # new rows get the re-weighted max
+    sampler.on_extend(index, storage)
+    assert leaves(sampler, 8)[6:].tolist() == pytest.approx([(10.0 + 1e-3) ** 1.3] * 2)
+
+
+def test_setting_alpha_before_any_row_and_to_the_same_value():
+    sampler = PrioritizedSampler(alpha=0.6)
+    sampler.alpha = 0.6
+    sampler.alpha = 0.0
+    sampler.alpha = 0.3  # nothing held: no warning (warnings are errors in the suite)
+    assert sampler.alpha == 0.3 and sampler.max_priority == 1.0
+
+
+def test_setting_alpha_away_from_zero_warns_and_keeps_uniform_priorities():
+    sampler = PrioritizedSampler(alpha=0.0, beta=1.0)
+    filled(4, 4, sampler)
+    sampler.update_priority(torch.arange(4), torch.tensor([3.0, 4.0, 1.0, 2.0]))
+    with pytest.warns(UserWarning, match=r"alpha changed away from 0 \(to 0.5\) while rows hold"):
+        sampler.alpha = 0.5
+    assert leaves(sampler, 4).tolist() == [1.0] * 4  # unrecoverable: uniform until updated
+    assert sampler.max_priority == pytest.approx((4.0 + 1e-6) ** 0.5)  # the raw max was kept
+    sampler.update_priority(torch.tensor([0]), torch.tensor([3.0]))
+    assert float(leaves(sampler, 1)) == pytest.approx((3.0 + 1e-6) ** 0.5)
+
+
+def test_an_alpha_that_would_overflow_the_tree_is_refused_and_changes_nothing():
+    sampler = PrioritizedSampler(alpha=1.0)
+    filled(4, 4, sampler)
+    sampler.update_priority(
+        torch.arange(4), torch.tensor([1e100, 1.0, 2.0, 3.0], dtype=torch.float64)
+    )
+    before = sampler.state_dict()
+    with pytest.raises(
+        ValueError,
+        match=r"alpha=4 would raise the largest stored \(\|priority\| \+ eps\) \*\* alpha to "
+        r"1e\+400|alpha=4 would raise the largest stored .* more than a tree of 4 slots can sum",
+    ):
+        sampler.alpha = 4.0
+    assert sampler.alpha == 1.0
+    assert_state_equal(before, sampler.state_dict())
+    with pytest.raises(
+        ValueError,
+        match=r"PrioritizedSampler alpha must be greater or equal than 0, got alpha=-1.0",
+    ):
+        sampler.alpha = -1.0
+
+
+def test_alpha_and_beta_are_saved_with_the_buffer(tmp_path):
+    """The saved alpha and beta replace the constructor's: they may have been annealed."""
+    rb = prioritized_buffer()
+    rb.update_priority(torch.arange(10), torch.arange(10, dtype=torch.float64))
+    rb.sampler.alpha, rb.sampler.beta = 0.3, 1.2
+    rb.dumps(tmp_path / "ck")
+    twin = prioritized_buffer()
+    twin.loads(tmp_path / "ck")
+    assert (twin.sampler.alpha, twin.sampler.beta) == (0.3, 1.2)
+    torch.testing.assert_close(leaves(twin.sampler, 10), leaves(rb.sampler, 10))
+    assert twin.sampler.default_priority == pytest.approx(10.0)  # prioritized_buffer's 1..10
+    a, b = rb.sample(6, return_info=True), twin.sample(6, return_info=True)
+    assert torch.equal(a[1]["index"], b[1]["index"]) and torch.equal(a[1]["weight"], b[1]["weight"])
+
+
+def test_a_state_saved_before_alpha_and_max_raw_were_kept_loads():
+    rb = prioritized_buffer()
+    rb.update_priority(torch.arange(10), torch.full((10,), 40.0))
+    state = rb.sampler.state_dict()
+    for key in ("alpha", "max_raw"):
+        del state[key]
+    twin = prioritized_buffer()
+    twin.sampler.load_state_dict(state)
+    assert twin.sampler.max_priority == pytest.approx(rb.sampler.max_priority)
+    assert twin.sampler.default_priority == pytest.approx(40.0)
+    twin.sampler.alpha = 0.5  # the raw max was recovered, so re-weighting it is exact
+    assert twin.sampler.max_priority == pytest.approx((40.0 + twin.sampler.eps) ** 0.5)
+
+
+def test_max_priority_within_buffer_gives_new_rows_the_largest_priority_held():
+    sampler = PrioritizedSampler(alpha=1.0, beta=1.0, max_priority_within_buffer=True)
+    rb = ReplayBuffer(storage=LazyTensorStorage(4), sampler=sampler, generator=0)
+    rb.extend(rows(4))
+    rb.update_priority(torch.arange(4), torch.tensor([9.0, 2.0, 5.0, 1.0]))
+    assert sampler.max_priority == pytest.approx(9.0 + 1e-6)
+    rb.extend(rows(1, 4))  # overwrites slot 0, the row of priority 9: it leaves
+    assert float(leaves(sampler, 1)) == pytest.approx(5.0 + 1e-6)  # the largest left
+    assert sampler.default_priority == pytest.approx(5.0)
+    rb.update_priority(torch.tensor([2]), torch.tensor([0.5]))  # lowering the max lowers it
+    assert sampler.max_priority == pytest.approx(5.0 + 1e-6)  # slot 0 holds 5 now
+    rb.update_priority(torch.tensor([0]), torch.tensor([0.1]))
+    assert sampler.max_priority == pytest.approx(2.0 + 1e-6)
+    # without it, new rows keep the largest ever assigned
+    plain = PrioritizedSampler(alpha=1.0, beta=1.0)
+    rb = ReplayBuffer(storage=LazyTensorStorage(4), sampler=plain, generator=0)
+    rb.extend(rows(4))
+    rb.update_priority(torch.arange(4), torch.tensor([9.0, 2.0, 5.0, 1.0]))
+    rb.extend(rows(1, 4))
+    assert float(leaves(plain, 1)) == pytest.approx(9.0 + 1e-6)
+
+
+def test_max_priority_within_buffer_survives_a_checkpoint(tmp_path):
+    def make():
+        sampler = PrioritizedSampler(alpha=0.7, beta=0.5, max_priority_within_buffer=True)
+        return ReplayBuffer(storage=LazyTensorStorage(6), sampler=sampler, generator=0)
+
+    rb = make()
+    rb.extend(rows(6))
+    rb.update_priority(torch.arange(6), torch.tensor([1.0, 8.0, 2.0, 3.0, 4.0, 5.0]))
+    rb.dumps(tmp_path / "ck")
+    twin = make()
+    twin.loads(tmp_path / "ck")
+    for buffer in (rb, twin):
+        buffer.extend(rows(2, 6))  # overwrites slots 0 and 1: the 8 leaves
+    torch.testing.assert_close(leaves(twin.sampler, 6), leaves(rb.sampler, 6))
+    assert float(leaves(twin.sampler, 2)[1]) == pytest.approx((5.0 + 1e-6) ** 0.7)
+    with pytest.raises(
+        CheckpointError, match=r"max_priority_within_buffer: saved True, buffer None"
+    ):
+        plain = ReplayBuffer(
+            storage=LazyTensorStorage(6), sampler=PrioritizedSampler(alpha=0.7, beta=0.5)
+        )
+        plain.loads(tmp_path / "ck")
+
+
+def test_annealing_alpha_and_beta_step_by_step():
+    """What TorchRL's LinearScheduler / StepScheduler do, written as the loop they run.
+
+    (Those classes check ``isinstance`` of TorchRL's own ReplayBuffer or Sampler and refuse
+    a mixreplay buffer; a row of "Differences from TorchRL".)"""
+    sampler = PrioritizedSampler(max_capacity=100, alpha=0.8, beta=0.4)
+    rb = ReplayBuffer(storage=LazyTensorStorage(100), sampler=sampler, generator=0)
+    rb.extend(rows(100))
+    priority = torch.linspace(0.1, 10.0, 100).double()
+    rb.update_priority(torch.arange(100), priority)
+    for step in range(1, 21):
+        rb.sample(8)
+        sampler.alpha = 0.8 + (0.2 - 0.8) * min(step / 10, 1.0)  # linear to 0.2 in 10 steps
+        if step % 2 == 0:
+            sampler.beta = min(sampler.beta + 0.1, 1.1)  # additive steps, capped at 1.1
+    assert sampler.alpha == pytest.approx(0.2) and sampler.beta == pytest.approx(1.1)
+    torch.testing.assert_close(leaves(sampler, 100), (priority + 1e-8) ** 0.2)
+
+
+@pytest.mark.torchrl
+def test_torchrls_parameter_schedulers_refuse_a_mixreplay_buffer():
+    """Pinned so the row in "Differences from TorchRL" is updated if TorchRL starts accepting it."""
+    from torchrl.data.replay_buffers.scheduler import LinearScheduler
+
+    rb = ReplayBuffer(storage=LazyTensorStorage(4), sampler=PrioritizedSampler(alpha=0.8))
+    with pytest.raises(TypeError, match=r"ParameterScheduler only supports Sampler class"):
+        LinearScheduler(rb, param_name="alpha", final_value=0.2, num_steps=10)
+
+
+def test_the_info_holds_the_weights_under_torchrls_name_too():
+    rb = prioritized_buffer()
+    _, info = rb.sample(6, return_info=True)
+    assert info["priority_weight"] is info["weight"] or torch.equal(
+        info["priority_weight"], info["weight"]
+    )
+    plain = ReplayBuffer(storage=LazyTensorStorage(4), generator=0)
+    plain.extend(rows(4))
+    assert set(plain.sample(2, return_info=True)[1].keys()) == {"index"}

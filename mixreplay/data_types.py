@@ -1,0 +1,460 @@
+"""The data a :class:`~mixreplay.ReplayBuffer` stores, as TorchRL's takes it.
+
+A storage keeps rows of a TensorDict with one batch dimension. A buffer also takes what
+TorchRL's ``ReplayBuffer`` takes over a tensor storage, and gives back the type it was
+given (from ``sample``, ``rb[i]``, ``storage.get``):
+
+- a ``TensorDict`` ``[n]``: stored as it is (no conversion: the fast path);
+- a ``TensorDict`` ``[n, *more]``: ``n`` rows, each a ``TensorDict`` of batch ``more``;
+- a tensorclass instance ``[n, ...]``: its fields, given back as the same class;
+- a tensor ``[n, ...]``, or a pytree of tensors (dicts, lists, tuples, nested) whose leaves
+  all have ``n`` rows, given back with the same structure;
+- a ``list`` (or ``range``) at the root of ``extend``: ``n`` items, one row each, stacked
+  (TorchRL's rule: a list is items, a tuple is a pytree).
+
+How data maps to rows (a :class:`Codec`) is fixed by a storage's first write and saved
+with its state; later writes must have the same structure. Non-tensor values (strings,
+``None``, Python objects) cannot be stored: rows are packed tensors.
+
+Examples:
+    >>> import torch
+    >>> from mixreplay import LazyTensorStorage, ReplayBuffer
+    >>> rb = ReplayBuffer(storage=LazyTensorStorage(10), generator=0)
+    >>> rb.extend({"obs": torch.zeros(4, 3), "pair": (torch.ones(4), torch.arange(4))}).tolist()
+    [0, 1, 2, 3]
+    >>> batch = rb.sample(2)
+    >>> type(batch).__name__, batch["obs"].shape, type(batch["pair"]).__name__
+    ('dict', torch.Size([2, 3]), 'tuple')
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, is_tensorclass
+from torch.utils import _pytree as pytree
+
+from mixreplay.errors import DataStructureError, MixreplayError
+from mixreplay.layout import new_tensordict
+
+__all__ = [
+    "Codec",
+    "TensorClassRows",
+    "TensorDictRows",
+    "TensorRows",
+    "TreeRows",
+    "codec_from_json",
+    "explain_write_error",
+    "is_collection",
+    "one_row",
+    "to_rows",
+]
+
+#: the key a bare tensor is stored under
+TENSOR_KEY = "tensor"
+
+
+class Codec(abc.ABC):
+    """How one storage's rows (a ``TensorDict`` ``[n]``) map to the type its data had."""
+
+    kind: ClassVar[str]
+
+    @abc.abstractmethod
+    def encode(self, data: Any) -> TensorDictBase:
+        """``data`` as rows ``[n]``; :class:`DataStructureError` if its structure differs."""
+
+    @abc.abstractmethod
+    def decode(self, rows: TensorDictBase) -> Any:
+        """Rows (batch ``[]`` for one row, ``[B]`` for a batch) as the stored type."""
+
+    @abc.abstractmethod
+    def to_json(self) -> dict[str, Any]:
+        """What :func:`codec_from_json` rebuilds this codec from (checkpoints)."""
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """A few words for error messages: what this storage holds."""
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.to_json() == self.to_json()
+
+    def __hash__(self) -> int:
+        return hash(repr(self.to_json()))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.describe()})"
+
+
+def summarize(value: Any) -> str:
+    """A value as error messages show it: type and shape, never its contents."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor {list(value.shape)} of {value.dtype}"
+    if isinstance(value, TensorDictBase):
+        return f"a {type(value).__name__} with batch_size={list(value.batch_size)}"
+    if is_tensorclass(value):
+        return f"a {type(value).__name__} with batch_size={list(value.batch_size)}"
+    if isinstance(value, (list, tuple, dict)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def _mismatch(codec: Codec | None, data: Any, detail: str = "") -> DataStructureError:
+    held = "TensorDict rows [n]" if codec is None else codec.describe()
+    extra = f" ({detail})" if detail else ""
+    if isinstance(data, TensorDictBase) and codec is None:
+        fix = (
+            "use add() for a single row"
+            if data.batch_dims == 0
+            else "flatten it with data.reshape(-1)"
+        )
+    else:
+        fix = "write data of the same type and structure, or use another buffer for it"
+    return DataStructureError(
+        f"this storage holds {held} (fixed by its first write), got {summarize(data)}{extra}; {fix}"
+    )
+
+
+def _flat_rows(td: TensorDictBase) -> TensorDictBase:
+    """A ``[n, *more]`` TensorDict as ``[n]`` rows over the same tensors (no copy)."""
+    if not isinstance(td, TensorDict):
+        td = td.to_tensordict()  # a lazy stack: its batch size cannot be changed
+    else:
+        td = td.copy()
+    td.batch_size = td.batch_size[:1]
+    return td
+
+
+def _set_batch(rows: TensorDictBase, row_batch: tuple[int, ...]) -> TensorDictBase:
+    if row_batch:
+        rows.batch_size = torch.Size([*rows.batch_size, *row_batch])
+    return rows
+
+
+class TensorDictRows(Codec):
+    """TensorDicts ``[n, *row_batch]``: each row a TensorDict of batch ``row_batch``."""
+
+    kind = "tensordict"
+
+    def __init__(self, row_batch: tuple[int, ...]):
+        self.row_batch = tuple(int(d) for d in row_batch)
+
+    def encode(self, data: Any) -> TensorDictBase:
+        if not isinstance(data, TensorDictBase) or tuple(data.batch_size[1:]) != self.row_batch:
+            raise _mismatch(self, data)
+        return _flat_rows(data)
+
+    def decode(self, rows: TensorDictBase) -> Any:
+        return _set_batch(rows, self.row_batch)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "row_batch": list(self.row_batch)}
+
+    def describe(self) -> str:
+        return f"TensorDicts [n, {', '.join(map(str, self.row_batch))}]"
+
+
+def _class_path(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _import_class(path: str) -> type:
+    module, _, qualname = path.partition(":")
+    if "<locals>" in qualname:
+        raise ImportError(f"{path} is defined inside a function")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if not isinstance(obj, type):
+        raise ImportError(f"{path} is not a class")
+    return obj
+
+
+class TensorClassRows(Codec):
+    """Instances of one tensorclass ``[n, *row_batch]`` (nested tensorclass fields included)."""
+
+    kind = "tensorclass"
+
+    def __init__(
+        self, cls: type, row_batch: tuple[int, ...], nested: dict[str, TensorClassRows] | None
+    ):
+        self.cls = cls
+        self.row_batch = tuple(int(d) for d in row_batch)
+        self.nested = dict(nested or {})
+
+    @classmethod
+    def of(cls, data: Any, row_batch: tuple[int, ...]) -> TensorClassRows:
+        nested = {}
+        for name, value in data._tensordict.items():
+            if is_tensorclass(value):
+                nested[name] = cls.of(value, ())
+        return cls(type(data), row_batch, nested)
+
+    def encode(self, data: Any) -> TensorDictBase:
+        same_class = type(data) is self.cls  # (a separate test: mypy would narrow data)
+        if not same_class or tuple(data.batch_size[1:]) != self.row_batch:
+            raise _mismatch(self, data)
+        if not self.nested and not self.row_batch:
+            # its own TensorDict holds the rows as they are: no copy (a non-tensor field is
+            # refused by the storage's schema check, naming it)
+            return data._tensordict
+        return _flat_rows(data.to_tensordict())
+
+    def _wrap(self, td: TensorDictBase) -> Any:
+        out = self.cls._from_tensordict(td)  # type: ignore[attr-defined]
+        for name, sub in self.nested.items():
+            setattr(out, name, sub._wrap(td.get(name)))
+        return out
+
+    def decode(self, rows: TensorDictBase) -> Any:
+        return self._wrap(_set_batch(rows, self.row_batch))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "class": _class_path(self.cls),
+            "row_batch": list(self.row_batch),
+            "nested": {k: v.to_json() for k, v in self.nested.items()},
+        }
+
+    def describe(self) -> str:
+        dims = "".join(f", {d}" for d in self.row_batch)
+        return f"{self.cls.__name__} instances [n{dims}]"
+
+
+class TensorRows(Codec):
+    """Bare tensors ``[n, ...]``: each row a tensor."""
+
+    kind = "tensor"
+
+    def encode(self, data: Any) -> TensorDictBase:
+        if not isinstance(data, torch.Tensor) or data.ndim == 0:
+            raise _mismatch(self, data)
+        return new_tensordict({TENSOR_KEY: data}, data.shape[:1])
+
+    def decode(self, rows: TensorDictBase) -> Any:
+        return rows.get(TENSOR_KEY)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind}
+
+    def describe(self) -> str:
+        return "tensors [n, ...]"
+
+
+class TreeRows(Codec):
+    """Pytrees of tensors (nested dicts, lists, tuples) whose leaves share their first dim."""
+
+    kind = "pytree"
+
+    def __init__(self, spec: pytree.TreeSpec, keys: tuple[str, ...]):
+        self.spec = spec
+        self.keys = keys
+
+    @classmethod
+    def of(cls, data: Any) -> TreeRows:
+        paths, spec = pytree.tree_flatten_with_path(data)
+        return cls(spec, tuple(pytree.keystr(p) for p, _ in paths))
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and (other.spec, other.keys) == (self.spec, self.keys)
+
+    def __reduce__(self) -> Any:
+        # as JSON: pickling a TreeSpec object trips torch's deprecation of LeafSpec
+        return (_tree_from_json, (self.to_json(),))
+
+    def __hash__(self) -> int:
+        return hash(self.keys)
+
+    def encode(self, data: Any) -> TensorDictBase:
+        leaves, spec = pytree.tree_flatten(data)
+        if spec != self.spec:
+            raise _mismatch(self, data, "its structure differs")
+        n = _leading_rows(leaves, self.keys)
+        return new_tensordict(dict(zip(self.keys, leaves)), torch.Size([n]))
+
+    def decode(self, rows: TensorDictBase) -> Any:
+        return pytree.tree_unflatten([rows.get(k) for k in self.keys], self.spec)
+
+    def to_json(self) -> dict[str, Any]:
+        try:
+            spec = pytree.treespec_dumps(self.spec)
+        except Exception as err:  # a node type torch cannot serialise
+            raise TypeError(
+                f"the structure of this storage's pytree cannot be saved ({err}); "
+                "store a TensorDict or a tensorclass to checkpoint it"
+            ) from None
+        return {"kind": self.kind, "spec": spec, "keys": list(self.keys)}
+
+    def describe(self) -> str:
+        return f"pytrees {self.spec}".replace("\n", "")
+
+
+def _leading_rows(leaves: list[Any], keys: tuple[str, ...]) -> int:
+    """The common first dim of ``leaves`` (tensors); a clear error otherwise."""
+    n = None
+    for key, leaf in zip(keys, leaves):
+        if not isinstance(leaf, torch.Tensor):
+            raise DataStructureError(
+                f"leaf {key} is {summarize(leaf)}, not a tensor: a storage packs tensors only "
+                "(for Python objects, TorchRL's ListStorage is the storage)"
+            )
+        if leaf.ndim == 0:
+            raise DataStructureError(
+                f"leaf {key} is a 0-dim tensor: extend takes rows along dim 0 (use add() for "
+                "one row)"
+            )
+        if n is None:
+            n = leaf.shape[0]
+        elif leaf.shape[0] != n:
+            raise DataStructureError(
+                f"leaf {key} has {leaf.shape[0]} rows where the first leaf has {n}: every "
+                "leaf of the data needs the same first dimension (one entry per row)"
+            )
+    if n is None:
+        raise DataStructureError("the data holds no tensor: nothing to store")
+    return n
+
+
+def codec_for(data: Any) -> Codec | None:
+    """The codec for a first write of ``data`` (``None``: TensorDict rows ``[n]``)."""
+    if isinstance(data, TensorDictBase):
+        if data.batch_dims == 0:
+            raise DataStructureError(
+                "extend got a TensorDict with batch_size=[] (a single row); use add() for one "
+                "row, or give the rows a leading batch dim"
+            )
+        return None if data.batch_dims == 1 else TensorDictRows(tuple(data.batch_size[1:]))
+    if is_tensorclass(data):
+        if not data.batch_size:
+            raise DataStructureError(
+                f"extend got a {type(data).__name__} with batch_size=[] (a single row); use "
+                "add() for one row"
+            )
+        return TensorClassRows.of(data, tuple(data.batch_size[1:]))
+    if isinstance(data, torch.Tensor):
+        return TensorRows()
+    return TreeRows.of(data)
+
+
+def _stack(items: list[Any]) -> Any:
+    """TorchRL's rule for a list at the root: ``n`` items, one row each, stacked."""
+    if not items:
+        raise DataStructureError("extend got an empty list: pass at least one item")
+    first = items[0]
+    try:
+        if isinstance(first, (int, float, bool)) and not isinstance(first, torch.Tensor):
+            return torch.as_tensor(items)
+        if isinstance(first, (torch.Tensor, TensorDictBase)) or is_tensorclass(first):
+            return torch.stack(items)
+        return pytree.tree_map(lambda *xs: torch.stack(xs), *items)
+    except Exception as err:
+        raise DataStructureError(
+            "Stacking the elements of the list resulted in an error: a list given to extend "
+            "holds items (one row each) that must share one structure and shape; a batch "
+            f"whose leaves already hold the rows goes in a tuple or a dict ({err})"
+        ) from None
+
+
+def as_batch(data: Any) -> Any:
+    """``data`` as one batch of rows: lists and ranges at the root are stacked."""
+    if isinstance(data, (list, range)):
+        return _stack(list(data))
+    return data
+
+
+def is_collection(data: Any) -> bool:
+    """Whether ``data`` is a TensorDict or a tensorclass (TorchRL's tensor collections)."""
+    return isinstance(data, TensorDictBase) or is_tensorclass(data)
+
+
+def one_row(data: Any) -> Any:
+    """``data`` (one row) as a batch of one row, for ``add``."""
+    if isinstance(data, (TensorDictBase, torch.Tensor)) or is_tensorclass(data):
+        return data.unsqueeze(0)
+    if isinstance(data, (int, float, bool)):
+        return torch.as_tensor([data])
+    leaves, spec = pytree.tree_flatten(data)
+    if not leaves or not all(isinstance(leaf, torch.Tensor) for leaf in leaves):
+        bad = next((leaf for leaf in leaves if not isinstance(leaf, torch.Tensor)), None)
+        raise DataStructureError(
+            f"add got {summarize(data)} holding {summarize(bad)}: a storage packs tensors only"
+        )
+    return pytree.tree_unflatten([leaf.unsqueeze(0) for leaf in leaves], spec)
+
+
+def to_rows(data: Any, codec: Codec | None, first: bool) -> tuple[TensorDictBase, Codec | None]:
+    """``data`` as rows ``[n]`` for a storage whose codec is ``codec``.
+
+    Args:
+        data: what the user passed to ``extend`` (or ``add``, made a batch of one).
+        codec: the storage's codec (``None``: TensorDict rows, or nothing written yet).
+        first: whether the storage has never been written (its codec is to be fixed).
+
+    Returns:
+        ``(rows, codec)``: the codec to keep once the write succeeds.
+    """
+    data = as_batch(data)
+    if first:
+        codec = codec_for(data)
+    elif codec is None:
+        if not isinstance(data, TensorDictBase) or data.batch_dims != 1:
+            raise _mismatch(None, data)
+        return data, None
+    if codec is None:
+        return data, None
+    return codec.encode(data), codec
+
+
+_KINDS: dict[str, Callable[[dict[str, Any]], Codec]] = {}
+
+
+def explain_write_error(data: Any, err: RuntimeError) -> Exception | None:
+    """A clear error for a write that tensordict could not read as rows (``None``: none)."""
+    if isinstance(data, LazyStackedTensorDict) and not isinstance(err, MixreplayError):
+        return DataStructureError(
+            "a lazy stack of TensorDicts whose entries differ in shape cannot be stored: rows "
+            "are packed, so every row has one shape; pad the entries to one shape (or store "
+            f"them in separate buffers) ({err})"
+        )
+    return None
+
+
+def codec_from_json(state: Any) -> Codec | None:
+    """Rebuild a codec saved by :meth:`Codec.to_json` (``None`` stays ``None``).
+
+    Raises ``ValueError`` for a state that cannot be read, ``ImportError`` for a
+    tensorclass that cannot be imported.
+    """
+    if state is None:
+        return None
+    if not isinstance(state, dict) or state.get("kind") not in _KINDS:
+        raise ValueError(f"not a saved data codec: {str(state)[:80]}")
+    return _KINDS[state["kind"]](state)
+
+
+def _tensordict_from_json(state: dict[str, Any]) -> Codec:
+    return TensorDictRows(tuple(state["row_batch"]))
+
+
+def _tensorclass_from_json(state: dict[str, Any]) -> Codec:
+    nested = {k: _tensorclass_from_json(v) for k, v in state.get("nested", {}).items()}
+    return TensorClassRows(_import_class(state["class"]), tuple(state["row_batch"]), nested)  # type: ignore[arg-type]
+
+
+def _tree_from_json(state: dict[str, Any]) -> Codec:
+    return TreeRows(pytree.treespec_loads(state["spec"]), tuple(state["keys"]))
+
+
+_KINDS.update(
+    {
+        "tensordict": _tensordict_from_json,
+        "tensorclass": _tensorclass_from_json,
+        "tensor": lambda state: TensorRows(),
+        "pytree": _tree_from_json,
+    }
+)

@@ -95,6 +95,13 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help=f"seeds per arm, 0..N-1 (default {DEFAULTS['seeds']}; --quick {QUICK['seeds']})",
     )
     p.add_argument(
+        "--first-seed",
+        type=_first_seed,
+        default=0,
+        help="seeds FIRST..FIRST+N-1 instead of 0..N-1: a long benchmark in parts (a run is "
+        "deterministic per seed, so the parts' results.csv join into the whole run's)",
+    )
+    p.add_argument(
         "--out", type=Path, default=Path("demo-out"), help="output folder (default ./demo-out)"
     )
     p.add_argument(
@@ -235,6 +242,17 @@ def check_options(args: argparse.Namespace) -> tuple[Task, list[str]]:
     return task, arms
 
 
+def _first_seed(text: str) -> int:
+    """An argparse ``type=`` for ``--first-seed``: an integer ``>= 0``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
 def build_specs(
     args: argparse.Namespace,
     dataset_returns: dict[str, float] | None = None,
@@ -263,7 +281,8 @@ def build_specs(
         "sac": sac,
     }
     specs = []
-    for seed in range(opts["seeds"]):
+    first = getattr(args, "first_seed", 0)
+    for seed in range(first, first + opts["seeds"]):
         for arm in arms:
             if online is not None and online != (arm == "online"):
                 continue

@@ -98,6 +98,20 @@ def test_specs_run_every_data_arm_on_every_dataset_and_online_once_per_seed():
     assert "online" not in {s.arm for s in build_specs(args, {"weak": 1, "good": 2}, online=False)}
 
 
+def test_first_seed_runs_a_later_part_of_the_seeds(capsys):
+    """--first-seed 1 --seeds 2: seeds 1 and 2, the same specs as those seeds of a 3-seed run."""
+    whole = build_specs(parse("--task", "halfcheetah", "--seeds", "3"), {"weak": 1.0, "good": 2.0})
+    part = build_specs(
+        parse("--task", "halfcheetah", "--seeds", "2", "--first-seed", "1"),
+        {"weak": 1.0, "good": 2.0},
+    )
+    assert part == [s for s in whole if s.seed >= 1]
+    for bad, said in (("-1", "got -1"), ("x", "got 'x'")):
+        with pytest.raises(SystemExit):
+            parse("--task", "halfcheetah", "--first-seed", bad)
+        assert f"--first-seed: expected an integer >= 0, {said}" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("argv", "match"),
     [

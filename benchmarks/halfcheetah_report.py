@@ -4,8 +4,9 @@
 script joins the ``results.csv`` of several invocations (a run cut off, then the arms it
 had not reached, each with ``--arms``; the runs are deterministic per seed, so a run
 repeated in two files gives the same rows and the first file's copy is kept) and draws
-the same panels and table from every run that reached ``--steps``. A run that stopped
-before is left out and named. ``docs/offline-data-helps.md`` shows its output::
+the same panels (``OUT.png``, small) and Markdown table (printed) from every run that
+reached ``--steps``, with their rows in ``OUT.csv``. A run that stopped before is left
+out and named. ``docs/offline-data-helps.md`` shows its output::
 
     python benchmarks/halfcheetah_report.py out/full/results.csv out/full3/results.csv \\
         --out docs/offline_data_helps --dataset-return weak=742.1 --dataset-return good=1283.4
@@ -23,7 +24,7 @@ from mixreplay.demo.report import format_markdown, plot_panels, read_csv, summar
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("csv", nargs="+", type=Path, help="results.csv files of demo runs")
-    p.add_argument("--out", type=Path, required=True, help="prefix of the .png/.md/.csv written")
+    p.add_argument("--out", type=Path, required=True, help="prefix of the .png and .csv written")
     p.add_argument("--steps", type=int, default=20_000, help="a complete run's last step")
     p.add_argument("--threshold", type=float, default=1500.0)
     p.add_argument("--early-step", type=int, default=5_000)
@@ -56,7 +57,6 @@ def main(argv: list[str] | None = None) -> int:
     table = format_markdown(summary, args.threshold, returns)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_csv(records, args.out.with_suffix(".csv"))
-    args.out.with_suffix(".md").write_text(table + "\n")
     seeds = {}
     for dataset, arm, seed in runs:
         seeds.setdefault((dataset, arm), []).append(seed)
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     listed = (f"{d or 'none'}/{a}: seeds {sorted(s)}" for (d, a), s in sorted(seeds.items()))
     print(f"runs: {', '.join(listed)}")
-    print(f"wrote {png}, {args.out.with_suffix('.md')}, {args.out.with_suffix('.csv')}")
+    print(f"wrote {png}, {args.out.with_suffix('.csv')}")
     return 0
 
 

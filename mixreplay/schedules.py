@@ -13,7 +13,7 @@ gives the same value, and a checkpoint stores it as a small JSON dict::
     ├── Anneal             the reference's anneal: start * max(0, 1 - step / total_steps)
     ├── Proportional       a source's share of all rows (needs the source sizes)
     ├── CallableSchedule   any plain function of the step (not storable)
-    └── ReturnGated        lowered as the agent's reported returns pass given levels
+    └── ReturnGated        lowered as the agent's reported returns pass given levels (experimental)
 
 Schedules that depend on how many rows each source holds set the class
 attribute ``needs_sizes = True``; the mixing buffers then call
@@ -603,6 +603,11 @@ def as_schedule(x: float | Schedule | Callable[[int], float]) -> Schedule:
 
 class ReturnGated(Schedule):
     """The offline share, lowered as the agent's returns pass the dataset's.
+
+    Experimental: the HalfCheetah benchmark (``docs/offline-data-helps.md``) has not shown
+    that it closes the weak-data gap (its condition: better than both 50/50 and online-only
+    at 20,000 steps on weak data over at least 3 seeds, keeping the good-data gain); the
+    page gives the runs measured so far. Its parameters and checkpointed state are stable.
 
     ``start`` while the agent's best smoothed return is at most ``low``, ``end`` from
     the moment it reaches ``high``, linear in between. The training loop reports the

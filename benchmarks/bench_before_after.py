@@ -57,7 +57,9 @@ def build(lib, offline_td, online_td, offline: int, online: int):
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
     p.add_argument("--before", type=Path, required=True, help="a checkout to compare against")
     p.add_argument("--rounds", type=int, default=7)

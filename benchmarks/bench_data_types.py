@@ -66,7 +66,9 @@ def _ops(m, t, one, thousand) -> dict:
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--capacity", type=int, default=100_000)

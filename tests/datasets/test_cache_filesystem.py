@@ -219,7 +219,7 @@ def test_a_directory_where_rows_bin_should_be_is_damage(source, caplog):
     (entry / "rows.bin" / "x").write_text("?")
     caplog.set_level(logging.WARNING, logger="mixreplay")
     assert (load_dataset(dataset_id)[:] == expected).all()
-    assert "rows.bin is missing" in caplog.text
+    assert "rows.bin is not a regular file" in caplog.text
 
 
 def test_a_truncated_local_hdf5_file_is_a_clear_error(tmp_path):

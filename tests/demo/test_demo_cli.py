@@ -166,6 +166,20 @@ def test_a_finished_runs_line_gives_its_final_return():
     )
 
 
+def test_a_finished_runs_line_counts_steps_whose_reports_are_still_queued():
+    """A worker's last progress reports can reach the parent after its result (the queue's
+    feeder thread, a loaded machine): the line says the step the run's records reached."""
+    out = io.StringIO()
+    lines = RunLines(["a, seed 0"], [2000], file=out, clock=lambda: 0.0)
+    lines.start(0)
+    lines.advance(0, 1750)  # the last 250 steps' report not drained yet
+    lines.finish(0, [{"step": 1000, "return": 1.0}, {"step": 2000, "return": 2.0}])
+    assert (
+        out.getvalue().splitlines()[-1]
+        == "[   0 s] a, seed 0: 2,000 steps in 0 s, final return 2.0"
+    )
+
+
 def check_outputs(out, *, seeds: int, steps: int, eval_every: int):
     records = read_csv(out / "results.csv")
     header = (out / "results.csv").read_text().splitlines()[0].split(",")

@@ -12,7 +12,8 @@ gives the same value, and a checkpoint stores it as a small JSON dict::
     ├── Piecewise          linear between knots, flat outside
     ├── Anneal             the reference's anneal: start * max(0, 1 - step / total_steps)
     ├── Proportional       a source's share of all rows (needs the source sizes)
-    └── CallableSchedule   any plain function of the step (not storable)
+    ├── CallableSchedule   any plain function of the step (not storable)
+    └── ReturnGated        lowered as the agent's reported returns pass given levels (experimental)
 
 Schedules that depend on how many rows each source holds set the class
 attribute ``needs_sizes = True``; the mixing buffers then call
@@ -43,6 +44,7 @@ __all__ = [
     "Linear",
     "Piecewise",
     "Proportional",
+    "ReturnGated",
     "Schedule",
     "as_schedule",
 ]
@@ -594,3 +596,132 @@ def as_schedule(x: float | Schedule | Callable[[int], float]) -> Schedule:
     raise TypeError(
         f"expected a fraction in [0, 1], a Schedule or a function of the step, got {type(x).__name__} {x!r}"
     )
+
+
+# -- schedules of the agent's progress -------------------------------------------------------
+
+
+class ReturnGated(Schedule):
+    """The offline share, lowered as the agent's returns pass the dataset's.
+
+    Experimental: the HalfCheetah benchmark (``docs/offline-data-helps.md``) has not shown
+    that it closes the weak-data gap (its condition: better than both 50/50 and online-only
+    at 20,000 steps on weak data over at least 3 seeds, keeping the good-data gain); the
+    page gives the runs measured so far. Its parameters and checkpointed state are stable.
+
+    ``start`` while the agent's best smoothed return is at most ``low``, ``end`` from
+    the moment it reaches ``high``, linear in between. The training loop reports the
+    agent's returns with :meth:`observe`; the smoothed return is the mean of the last
+    ``window`` reports, and the schedule keeps the best one seen, so the value only
+    ever moves from ``start`` towards ``end``: a bad report later does not bring the
+    offline data back. The step is ignored.
+
+    Set ``low`` and ``high`` from the dataset's mean episode return ``R``
+    (``mixreplay inspect`` prints it), and report returns that compare with it: the
+    evaluation returns of the deterministic policy, since training episodes carry the
+    exploration noise (on HalfCheetah, SAC's training returns ran at a third of its
+    evaluation returns or less). With ``low = 0.5 * R`` and ``high = R``, data better than
+    the agent keeps its share while it is better, and data the agent has caught up with
+    stops taking half of every batch (``docs/offline-data-helps.md`` measures it).
+
+    The observed state (``best`` and the ``recent`` returns) is part of the schedule's
+    parameters: :meth:`to_config`, ``pickle`` and a buffer's checkpoint carry it, and a
+    buffer restored from a checkpoint holds the restored schedule, so take it back
+    from ``rb.schedule`` before observing again. A mixing buffer reads the new value
+    at its next :meth:`~mixreplay.OfflineToOnlineReplayBuffer.set_step` to a new step.
+    Being mutable, it is not hashable.
+
+    Args:
+        start: the value before the agent reaches ``low``, in ``[0, 1]``.
+        end: the value once it reaches ``high``, in ``[0, 1]``.
+        low: the return where the value starts to move, a finite number.
+        high: the return where it arrives at ``end``, a finite number ``> low``.
+
+    Keyword Args:
+        window: episodes averaged into one smoothed return, an int ``>= 1``; nothing
+            moves before that many reports.
+        best: the best smoothed return so far (``None``: none yet); a checkpoint's value.
+        recent: the last ``window`` reports at most, oldest first; a checkpoint's value.
+
+    Examples:
+        >>> from mixreplay.schedules import ReturnGated
+        >>> gate = ReturnGated(0.5, 0.0, low=400.0, high=800.0, window=2)
+        >>> gate(0)
+        0.5
+        >>> gate.observe(500.0); gate(1_000)   # one report: not a full window yet
+        0.5
+        >>> gate.observe(700.0); gate(2_000)   # mean 600: halfway from low to high
+        0.25
+        >>> gate.observe(100.0); gate(3_000)   # worse episodes never raise it again
+        0.25
+        >>> ReturnGated.from_config(gate.to_config()) == gate
+        True
+    """
+
+    __hash__ = None  # type: ignore[assignment]  # equal values change with observe()
+
+    def __init__(
+        self,
+        start: float,
+        end: float,
+        low: float,
+        high: float,
+        *,
+        window: int = 1,
+        best: float | None = None,
+        recent: Sequence[float] = (),
+    ):
+        self._start = _unit_value(start, "ReturnGated start")
+        self._end = _unit_value(end, "ReturnGated end")
+        self._low = check_real(low, "ReturnGated low", what="a finite return")
+        self._high = check_real(high, "ReturnGated high", what="a finite return")
+        if not self._high > self._low:
+            raise ValueError(
+                f"ReturnGated high must be greater than low, got low={self._low!r}, "
+                f"high={self._high!r}: the value moves from start to end between the two"
+            )
+        self._window = check_int(window, "ReturnGated window", min=1, what="an int >= 1")
+        self._best = None if best is None else check_real(best, "ReturnGated best")
+        if isinstance(recent, (str, bytes)) or not isinstance(recent, Sequence):
+            raise TypeError(
+                f"ReturnGated recent must be a list of returns, got {type(recent).__name__} {recent!r}"
+            )
+        if len(recent) > self._window:
+            raise ValueError(
+                f"ReturnGated recent holds at most window={self._window} returns, got {len(recent)}"
+            )
+        self._recent = [check_real(r, f"ReturnGated recent[{i}]") for i, r in enumerate(recent)]
+
+    @property
+    def best(self) -> float | None:
+        """The best smoothed return reported so far (``None`` before a full window)."""
+        return self._best
+
+    def observe(self, episode_return: float) -> None:
+        """Report one finished episode's return; a full window may raise :attr:`best`."""
+        value = check_real(
+            episode_return, "ReturnGated.observe episode_return", what="a finite return"
+        )
+        self._recent = [*self._recent, value][-self._window :]
+        if len(self._recent) == self._window:
+            smoothed = math.fsum(self._recent) / self._window
+            if self._best is None or smoothed > self._best:
+                self._best = smoothed
+
+    def value(self, step, sizes=None) -> float:
+        if self._best is None:
+            return self._start
+        t = _clamp((self._best - self._low) / (self._high - self._low), 0.0, 1.0)
+        a, b = self._start, self._end
+        return _clamp(a + (b - a) * t, a, b)
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "start": self._start,
+            "end": self._end,
+            "low": self._low,
+            "high": self._high,
+            "window": self._window,
+            "best": self._best,
+            "recent": list(self._recent),
+        }

@@ -5,6 +5,10 @@ The default run (3 arms x 3 seeds x 3,000 steps) costs about 130 CPU-seconds; ``
 time depends on what else shares the cores (``--quick``: 2 minutes at load average 5-9,
 20 minutes at 14).
 
+``--task halfcheetah`` runs the MuJoCo benchmark instead (:mod:`mixreplay.demo.tasks`):
+datasets of two qualities made on first use (:mod:`mixreplay.demo.policy_data`), every
+schedule arm on each, and a plot with one panel per dataset.
+
 :func:`add_demo_parser` adds the command to ``mixreplay``'s parser (see
 :mod:`mixreplay.cli`); ``python -m mixreplay.demo`` runs it too. This module imports
 nothing heavy until the demo runs, so ``mixreplay demo --help`` answers at once; it is
@@ -17,6 +21,7 @@ import argparse
 import dataclasses
 import importlib.util
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -32,24 +37,23 @@ from mixreplay.demo.config import (
     RunSpec,
     SACConfig,
 )
+from mixreplay.demo.tasks import DEFAULT_TASK, TASKS, Task
 
 __all__ = ["DEPENDENCIES", "QUICK", "add_demo_parser", "main", "run_demo"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_THRESHOLD = 80.0
+DEFAULT_THRESHOLD = TASKS[DEFAULT_TASK].threshold
 #: what the demo imports beyond the core, all installed by ``pip install "mixreplay[demo]"``
 DEPENDENCIES = ("gymnasium", "minari", "h5py", "matplotlib", "tqdm")
 DESCRIPTION = (
     "SAC on MountainCarContinuous three ways: online replay only, 50/50 offline/online "
     "mixed replay, and the offline share annealed from 0.5 to 0; several seeds in parallel. "
     "Writes results.csv, curves.png and summary.txt and prints the summary. "
-    'Needs pip install "mixreplay[demo]".'
-)
-QUICK_NOTE = (
-    f"--quick: {QUICK['seeds']} seeds x {QUICK['steps']:,} steps instead of "
-    f"{DEFAULTS['seeds']} x {DEFAULTS['steps']:,}: the mixed arms have just reached the goal "
-    "and the success rates rest on few episodes"
+    'Needs pip install "mixreplay[demo]". '
+    "--task halfcheetah: the MuJoCo benchmark of when offline data helps (HalfCheetah-v5, "
+    "weak and good datasets made on first use, five arms; "
+    'needs pip install "mixreplay[mujoco]").'
 )
 
 
@@ -57,15 +61,26 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     sac = SACConfig()
     p = parser
     p.add_argument(
-        "--env", default=DEFAULT_ENV_ID, help=f"Gymnasium environment (default {DEFAULT_ENV_ID})"
+        "--task",
+        choices=sorted(TASKS),
+        default=DEFAULT_TASK,
+        help=f"{DEFAULT_TASK} (default): {TASKS[DEFAULT_TASK].title}; halfcheetah: "
+        f"{TASKS['halfcheetah'].title}, every arm on each dataset "
+        "(docs/offline-data-helps.md)",
+    )
+    p.add_argument(
+        "--env",
+        default=None,
+        help=f"Gymnasium environment, --task {DEFAULT_TASK} only (default {DEFAULT_ENV_ID})",
     )
     p.add_argument(
         "--dataset",
         default=None,
-        help=f"offline dataset ID for load_dataset (default: minari:{DEFAULT_DATASET_ID}, "
-        "a scripted expert generated on first use into Minari's root: $MINARI_DATASETS_PATH, "
-        "default ~/.minari/datasets; converted once into $MIXREPLAY_DATA_DIR, default "
-        "~/.cache/mixreplay)",
+        help=f"offline dataset ID for load_dataset, --task {DEFAULT_TASK} only (default: "
+        f"minari:{DEFAULT_DATASET_ID}, a scripted expert generated on first use into Minari's "
+        "root: $MINARI_DATASETS_PATH, default ~/.minari/datasets; converted once into "
+        "$MIXREPLAY_DATA_DIR, default ~/.cache/mixreplay; the halfcheetah datasets go to the "
+        "same places)",
     )
     p.add_argument(
         "--steps",
@@ -80,13 +95,22 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help=f"seeds per arm, 0..N-1 (default {DEFAULTS['seeds']}; --quick {QUICK['seeds']})",
     )
     p.add_argument(
+        "--first-seed",
+        type=_first_seed,
+        default=0,
+        help="seeds FIRST..FIRST+N-1 instead of 0..N-1: a long benchmark in parts (a run is "
+        "deterministic per seed, so the parts' results.csv join into the whole run's)",
+    )
+    p.add_argument(
         "--out", type=Path, default=Path("demo-out"), help="output folder (default ./demo-out)"
     )
     p.add_argument(
         "--quick",
         action="store_true",
         help=f"{QUICK['seeds']} seeds x {QUICK['steps']} steps: about 40 s on 2 idle cores (longer "
-        "on a busy machine), and the mixed arms already reach the goal",
+        "on a busy machine), and the mixed arms already reach the goal (halfcheetah: "
+        f"{TASKS['halfcheetah'].quick['seeds']} seeds x {TASKS['halfcheetah'].quick['steps']:,} "
+        f"steps, arms {','.join(TASKS['halfcheetah'].quick_arms)})",
     )
     p.add_argument(
         "--utd",
@@ -107,13 +131,17 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help=f"hidden width of all networks (default {sac.hidden})",
     )
     p.add_argument(
-        "--arms", default=",".join(ARMS), help=f"comma-separated subset of {','.join(ARMS)}"
+        "--arms",
+        default=None,
+        help=f"comma-separated subset of {','.join(ARMS)} (default: the task's, "
+        f"{','.join(TASKS[DEFAULT_TASK].arms)} for {DEFAULT_TASK})",
     )
     p.add_argument(
         "--threshold",
         type=float,
-        default=DEFAULT_THRESHOLD,
-        help=f"return that counts as solved in the summary (default {DEFAULT_THRESHOLD:g})",
+        default=None,
+        help=f"return that counts as solved in the summary (default {DEFAULT_THRESHOLD:g}; "
+        f"halfcheetah {TASKS['halfcheetah'].threshold:g})",
     )
     p.add_argument(
         "--eval-every",
@@ -147,11 +175,12 @@ def add_demo_parser(subparsers) -> argparse.ArgumentParser:
     return _configure(parser)
 
 
-def check_dependencies() -> None:
-    """Raise :class:`~mixreplay.MissingDependencyError` naming every missing demo dependency.
+def check_dependencies(task: Task | None = None) -> None:
+    """Raise :class:`~mixreplay.MissingDependencyError` naming every missing dependency.
 
     Checked before anything runs, so a missing extra costs a second, not a traceback
-    after the dataset was generated.
+    after the dataset was generated. A task with its own extra (``halfcheetah``:
+    ``mujoco``, which brings the demo's dependencies too) names that extra.
     """
     from mixreplay.errors import MissingDependencyError
 
@@ -161,64 +190,136 @@ def check_dependencies() -> None:
         except (ImportError, ValueError):  # a broken install counts as missing
             return True
 
-    absent = [name for name in DEPENDENCIES if missing(name)]
+    task = task or TASKS[DEFAULT_TASK]
+    absent = [name for name in (*DEPENDENCIES, *task.modules) if missing(name)]
     if absent:
+        command = (
+            "mixreplay demo" if task.name == DEFAULT_TASK else f"mixreplay demo --task {task.name}"
+        )
         raise MissingDependencyError(
-            f"mixreplay demo needs {', '.join(absent)}, which "
+            f"{command} needs {', '.join(absent)}, which "
             f"{'is' if len(absent) == 1 else 'are'} not installed; "
-            'install the demo extra: pip install "mixreplay[demo]"'
+            f'install the {task.extra} extra: pip install "mixreplay[{task.extra}]"'
         )
 
 
 def _resolve(args: argparse.Namespace) -> dict:
-    base = QUICK if args.quick else DEFAULTS
+    task = TASKS[args.task]
+    base = task.quick if args.quick else task.defaults
     return {k: getattr(args, k) if getattr(args, k) is not None else base[k] for k in DEFAULTS}
 
 
-def build_specs(args: argparse.Namespace) -> list[RunSpec]:
-    """One :class:`~mixreplay.demo.config.RunSpec` per (seed, arm), seeds outermost.
+def check_options(args: argparse.Namespace) -> tuple[Task, list[str]]:
+    """The task and the arms the options ask for; nothing is run or written.
 
     Raises:
         UsageError: ``--arms`` names no arm or an unknown one; ``--env`` other than
-            MountainCar without ``--dataset`` for an arm that needs offline data.
+            MountainCar without ``--dataset`` for an arm that needs offline data;
+            ``--env`` or ``--dataset`` with a task that makes its own datasets.
     """
     from mixreplay.cli import UsageError
 
-    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    task = TASKS[args.task]
+    text = (
+        ",".join(task.quick_arms if args.quick else task.arms) if args.arms is None else args.arms
+    )
+    arms = [a.strip() for a in text.split(",") if a.strip()]
     unknown = sorted(set(arms) - set(ARMS))
     if unknown or not arms:
+        raise UsageError(f"--arms takes a comma-separated subset of {','.join(ARMS)}, got {text!r}")
+    if task.recipe is not None and (args.env is not None or args.dataset is not None):
         raise UsageError(
-            f"--arms takes a comma-separated subset of {','.join(ARMS)}, got {args.arms!r}"
+            f"--task {task.name} runs {task.env_id} on the datasets it makes "
+            f"({', '.join(level.name for level in task.datasets)}); --env and --dataset "
+            f"are for --task {DEFAULT_TASK}"
         )
-    if args.dataset is None and args.env != DEFAULT_ENV_ID and arms != ["online"]:
+    env = args.env or task.env_id
+    if args.dataset is None and env != task.env_id and arms != ["online"]:
         raise UsageError(
-            f"the built-in expert dataset is for {DEFAULT_ENV_ID}; for --env {args.env} "
+            f"the built-in expert dataset is for {task.env_id}; for --env {env} "
             "pass --dataset <prefix>:<id> (e.g. minari:<namespace>/<name>-v0)"
         )
+    return task, arms
+
+
+def _first_seed(text: str) -> int:
+    """An argparse ``type=`` for ``--first-seed``: an integer ``>= 0``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def build_specs(
+    args: argparse.Namespace,
+    dataset_returns: dict[str, float] | None = None,
+    *,
+    online: bool | None = None,
+) -> list[RunSpec]:
+    """One :class:`~mixreplay.demo.config.RunSpec` per (seed, arm, dataset), seeds outermost.
+
+    The ``online`` arm uses no dataset and runs once per seed; every other arm runs on
+    each of the task's datasets. ``dataset_returns`` maps a dataset's name to its mean
+    episode return (the ``gated`` arm needs it). ``online=True`` builds the ``online``
+    arm's runs only, ``online=False`` the others only.
+
+    Raises:
+        UsageError: as :func:`check_options`.
+    """
+    task, arms = check_options(args)
     opts = _resolve(args)
     sac = SACConfig(hidden=args.hidden, batch_size=args.batch_size, utd=args.utd)
-    dataset = args.dataset or f"minari:{DEFAULT_DATASET_ID}"
-    return [
-        RunSpec(
-            arm=arm,
-            seed=seed,
-            steps=opts["steps"],
-            env_id=args.env,
-            dataset_id=dataset,
-            eval_every=min(opts["eval_every"], opts["steps"]),
-            eval_episodes=opts["eval_episodes"],
-            sac=sac,
-        )
-        for seed in range(opts["seeds"])
-        for arm in arms
-    ]
+    returns = dataset_returns or {}
+    common = {
+        "steps": opts["steps"],
+        "env_id": args.env or task.env_id,
+        "eval_every": min(opts["eval_every"], opts["steps"]),
+        "eval_episodes": opts["eval_episodes"],
+        "sac": sac,
+    }
+    specs = []
+    first = getattr(args, "first_seed", 0)
+    for seed in range(first, first + opts["seeds"]):
+        for arm in arms:
+            if online is not None and online != (arm == "online"):
+                continue
+            if arm == "online":
+                specs.append(RunSpec(arm=arm, seed=seed, **common))
+                continue
+            for name, dataset_id in _datasets(args, task):
+                specs.append(
+                    RunSpec(
+                        arm=arm,
+                        seed=seed,
+                        dataset_id=dataset_id,
+                        dataset=name,
+                        dataset_return=returns.get(name),
+                        **common,
+                    )
+                )
+    return specs
 
 
-def prepare_dataset(args: argparse.Namespace, specs: Sequence[RunSpec]) -> None:
-    """Generate the default expert dataset if needed and open it once, before any run starts."""
-    if not any(s.arm != "online" for s in specs):
-        return
-    if args.dataset is None:
+def _datasets(args: argparse.Namespace, task: Task) -> list[tuple[str, str]]:
+    """``(name, load_dataset ID)`` of each offline dataset the run uses."""
+    if args.dataset is not None:
+        return [("offline", args.dataset)]
+    return [(level.name, f"minari:{level.dataset_id}") for level in task.datasets]
+
+
+def prepare_datasets(args: argparse.Namespace) -> dict[str, float]:
+    """Make the MountainCar expert if needed, open each dataset once; return their mean returns.
+
+    A task's recipe datasets are made by :func:`run_demo` (beside the online runs) before
+    this is called.
+    """
+    task, arms = check_options(args)
+    if arms == ["online"]:
+        return {}
+    if args.dataset is None and task.recipe is None:
         from mixreplay.demo.data import dataset_exists, ensure_expert_dataset
 
         if not dataset_exists():
@@ -230,87 +331,224 @@ def prepare_dataset(args: argparse.Namespace, specs: Sequence[RunSpec]) -> None:
         ensure_expert_dataset()
     import torch
 
+    from mixreplay.cli_datasets import episode_returns
     from mixreplay.demo.experiment import load_offline
 
-    # converts it into the mixreplay cache once, here, rather than in every worker
-    dataset = load_offline(
-        specs[0].dataset_id, batch_size=specs[0].sac.batch_size, generator=torch.Generator()
-    )
-    log.info("offline dataset %s: %s", specs[0].dataset_id, dataset)
+    returns = {}
+    for name, dataset_id in _datasets(args, task):
+        # converts it into the mixreplay cache once, here, rather than in every worker
+        dataset = load_offline(dataset_id, batch_size=args.batch_size, generator=torch.Generator())
+        returns[name] = float(episode_returns(dataset).mean())
+        log.info("offline dataset %s: %s, mean return %.1f", dataset_id, dataset, returns[name])
+    return returns
+
+
+def _recipe_to_run(args: argparse.Namespace, task: Task, arms: list[str]) -> bool:
+    """Whether this run must make the task's datasets first."""
+    if task.recipe is None or args.dataset is not None or arms == ["online"]:
+        return False
+    from mixreplay.demo.policy_data import missing_datasets
+
+    return bool(missing_datasets(task))
+
+
+def _run_jobs(
+    jobs: Sequence, workers: int, report, target=None, on_records=None
+) -> list[list[dict]]:
+    """Run ``jobs`` in worker processes with a progress display; each job's records.
+
+    ``on_records(records)``, when given, hears each job's records as it finishes.
+    """
+    from mixreplay.demo.policy_data import recipe_steps
+    from mixreplay.demo.runner import run_specs
+
+    labels = [
+        f"making the {job.name} datasets" if isinstance(job, Task) else _label(job) for job in jobs
+    ]
+    totals = [recipe_steps(job) if isinstance(job, Task) else job.steps for job in jobs]
+    results: dict[int, list[dict]] = {}
+
+    def finished(i: int, records: list[dict]) -> None:
+        results[i] = records
+        bars.finish(i, records)
+        if on_records is not None:
+            on_records(records)
+
+    with report(labels, totals) as bars:
+        run_specs(
+            jobs,
+            workers=min(workers, len(jobs)),
+            on_start=bars.start,
+            on_progress=bars.advance,
+            on_result=finished,
+            on_tick=bars.tick,
+            target=target,
+        )
+    return [results[i] for i in range(len(jobs))]
+
+
+def _say_made(made: list[dict]) -> None:
+    for m in made:
+        verdict = "in" if m["in_range"] else "OUTSIDE"
+        print(
+            f"  {m['dataset']}: {m['dataset_id']}, snapshot at step {m['snapshot_step']:,} "
+            f"(evaluation return {m['snapshot_eval_return']:,.0f}), mean return "
+            f"{m['mean_return']:,.0f} over {m['episodes']} episodes, {verdict} the recipe's "
+            f"range [{m['expected_low']:,.0f}, {m['expected_high']:,.0f}]; made in "
+            f"{m['wall_s']:.0f} s wall, {m['cpu_s']:.0f} CPU-s",
+            flush=True,
+        )
 
 
 def _label(spec: RunSpec) -> str:
     from mixreplay.demo.report import ARM_LABELS
 
-    return f"{ARM_LABELS.get(spec.arm, spec.arm)}, seed {spec.seed}"
+    data = f" on {spec.dataset}" if spec.dataset and spec.dataset != "expert" else ""
+    return f"{ARM_LABELS.get(spec.arm, spec.arm)}{data}, seed {spec.seed}"
+
+
+def _quick_note(task: Task) -> str:
+    q, d = task.quick, task.defaults
+    arms = "" if task.quick_arms == task.arms else f", arms {','.join(task.quick_arms)}"
+    return (
+        f"--quick: {q['seeds']} seeds x {q['steps']:,} steps{arms} instead of "
+        f"{d['seeds']} x {d['steps']:,}: {task.quick_caveat}"
+    )
+
+
+def _load() -> str:
+    try:
+        return "load average {:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
+    except OSError:  # pragma: no cover - platforms without it
+        return "load average n/a"
 
 
 def run_demo(args: argparse.Namespace) -> int:
     """Run the demo as configured by :func:`add_demo_parser`'s options; print the summary.
 
     Raises:
-        MissingDependencyError: the demo extra is not installed.
+        MissingDependencyError: the demo extra (or the task's) is not installed.
         UsageError: options that do not fit together.
     """
-    check_dependencies()
+    check_dependencies(TASKS[args.task])
     from mixreplay.demo.progress import RunBars, RunLines
-    from mixreplay.demo.report import format_summary, plot_curves, summarize, write_csv
-    from mixreplay.demo.runner import default_workers, run_specs, start_workers
+    from mixreplay.demo.report import (
+        format_markdown,
+        format_summary,
+        plot_curves,
+        plot_panels,
+        summarize,
+        write_csv,
+    )
+    from mixreplay.demo.runner import default_workers, start_workers
 
-    start = time.perf_counter()
-    specs = build_specs(args)
+    start, load_before = time.perf_counter(), _load()
+    task, arms = check_options(args)
+    opts = _resolve(args)
+    threshold = task.threshold if args.threshold is None else args.threshold
+    env_id = args.env or task.env_id
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    arms = list(dict.fromkeys(s.arm for s in specs))
-    seeds = sorted({s.seed for s in specs})
-    steps = specs[0].steps
-    workers = min(args.workers or default_workers(), len(specs))
+    seeds, steps = opts["seeds"], opts["steps"]
+    n_datasets = len(_datasets(args, task))
+    n_runs = seeds * sum(1 if arm == "online" else n_datasets for arm in arms)
+    workers = min(args.workers or default_workers(), n_runs)
     print(
-        f"mixreplay demo: {args.env}, arms {', '.join(arms)}, {len(seeds)} seeds x {steps:,} "
+        f"mixreplay demo: {env_id}, arms {', '.join(arms)}, {seeds} seeds x {steps:,} "
         f"steps, UTD {args.utd}, batch {args.batch_size}, 2x{args.hidden} nets, "
         f"{workers} worker(s)",
         flush=True,
     )
     start_workers()  # the workers' imports overlap with the dataset preparation
-    prepare_dataset(args, specs)
-
     # bars on a terminal; in a log (stderr redirected, CI) a line per run start and end
     report = RunBars if sys.stderr.isatty() else RunLines
-    with report([_label(s) for s in specs], [s.steps for s in specs]) as bars:
-        records = run_specs(
-            specs,
-            workers=workers,
-            on_start=bars.start,
-            on_progress=bars.advance,
-            on_result=bars.finish,
-            on_tick=bars.tick,
+    records: list[dict] = []
+    made: list[dict] = []
+
+    def keep(rows: list[dict]) -> None:
+        """results.csv grows run by run, so a long benchmark can be read while it runs."""
+        if rows and "arm" not in rows[0]:  # the dataset recipe's report, not a run's
+            return
+        records.extend(rows)
+        write_csv(records, out / "results.csv")
+
+    if _recipe_to_run(args, task, arms):
+        from mixreplay.demo.policy_data import missing_datasets, run_job
+
+        recipe = task.recipe
+        assert recipe is not None  # _recipe_to_run checked
+        print(
+            f"making the datasets {', '.join(lv.dataset_id for lv in missing_datasets(task))} "
+            f"(first run only: {recipe.train_steps:,} steps of SAC at UTD {recipe.sac.utd}, then "
+            f"{recipe.num_transitions:,} noisy steps of a snapshot per dataset), the online "
+            "runs beside it",
+            flush=True,
         )
+        jobs = [task, *build_specs(args, online=True)]
+        first = _run_jobs(jobs, workers, report, run_job, on_records=keep)
+        made = first[0]
+        _say_made(made)
+        specs = build_specs(args, prepare_datasets(args), online=False)
+    else:
+        specs = build_specs(args, prepare_datasets(args))
+    returns = {s.dataset: s.dataset_return for s in specs if s.dataset_return is not None}
+    prepared = time.perf_counter()
+    _run_jobs(specs, workers, report, on_records=keep)
 
     csv_path = write_csv(records, out / "results.csv")
-    png_path = plot_curves(
-        records,
-        out / "curves.png",
-        threshold=args.threshold,
-        title=f"{args.env}: SAC, {len(seeds)} seeds x {steps:,} steps, UTD {args.utd}",
-    )
-    table = format_summary(summarize(records, args.threshold), args.threshold)
+    title = f"{env_id}: SAC, {seeds} seeds x {steps:,} steps, UTD {args.utd}"
+    early = task.early_step if task.early_step < steps else None
+    summary = summarize(records, threshold, early_step=early)
+    if task.recipe is None:
+        png_path = plot_curves(records, out / "curves.png", threshold=threshold, title=title)
+        table = format_summary(summary, threshold)
+    else:
+        png_path = plot_panels(
+            records, out / "curves.png", threshold=threshold, title=title, dataset_returns=returns
+        )
+        table = format_summary(summary, threshold, success=False)
+        (out / "summary.md").write_text(format_markdown(summary, threshold, returns) + "\n")
     wall = time.perf_counter() - start
-    last: dict[tuple[str, int], dict] = {}
+    last: dict[tuple[str, str, int], dict] = {}
     for r in records:
-        if r["step"] >= last.get((r["arm"], r["seed"]), {"step": -1})["step"]:
-            last[(r["arm"], r["seed"])] = r
+        key = (r["dataset"], r["arm"], r["seed"])
+        if r["step"] >= last.get(key, {"step": -1})["step"]:
+            last[key] = r
     cpu = sum(r["cpu_s"] for r in last.values())
     timing = (
-        f"wall time {wall:.0f} s; the runs used {cpu:.0f} CPU-s in all "
-        f"({cpu / workers:.0f} s per worker)"
+        f"wall time {wall:.0f} s ({prepared - start:.0f} s until the runs on offline data "
+        f"started); the runs used {cpu:.0f} CPU-s in all ({cpu / workers:.0f} s per worker: "
+        f"about their wall time on {workers} idle core(s))"
     )
-    note = f"\n{QUICK_NOTE}" if args.quick else ""
+    if made:
+        timing += (
+            f"; making the datasets took {made[-1]['wall_s']:.0f} s wall and "
+            f"{made[-1]['cpu_s']:.0f} CPU-s, beside the online runs"
+        )
+    timing += f"; {load_before} at the start, {_load()} at the end"
+    made_by_name = {m["dataset"]: m for m in made}
+    data = ""
+    for name, dataset_id in _datasets(args, task):
+        if name not in returns:
+            continue
+        data += f"\ndataset {name}: {dataset_id}, mean episode return {returns[name]:.1f}"
+        m = made_by_name.get(name)
+        if m is not None:
+            verdict = "inside" if m["in_range"] else "OUTSIDE"
+            data += (
+                f" (made in this run from the policy at step {m['snapshot_step']}; {verdict} "
+                f"the recipe's range [{m['expected_low']:g}, {m['expected_high']:g}])"
+            )
+    note = f"\n{_quick_note(task)}" if args.quick else ""
     (out / "summary.txt").write_text(
-        f"{table}\nconfig: {dataclasses.asdict(specs[0].sac)}, {len(seeds)} seeds x {steps} steps, "
-        f"{workers} worker(s); {timing}{note}\n"
+        f"{table}{data}\nconfig: {dataclasses.asdict(specs[0].sac)}, {seeds} seeds x {steps} "
+        f"steps, {workers} worker(s); {timing}{note}\n"
     )
-    print(f"\n{table}{note}\n")
-    print(f"wrote {csv_path}, {png_path}, {out / 'summary.txt'}\n{timing}")
+    print(f"\n{table}{data}{note}\n")
+    written = [csv_path, png_path, out / "summary.txt"]
+    if task.recipe is not None:
+        written.append(out / "summary.md")
+    print(f"wrote {', '.join(str(w) for w in written)}\n{timing}")
     return 0
 
 

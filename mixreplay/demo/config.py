@@ -23,8 +23,8 @@ DEFAULT_ENV_ID = "MountainCarContinuous-v0"
 # Minari rejects "." in dataset names, so the ID says "mountaincar", not the env ID.
 DEFAULT_DATASET_ID = "mixreplay/mountaincar-expert-v0"
 
-#: the demo's three ways of drawing batches (see :mod:`~mixreplay.demo.experiment`)
-ARMS = ("online", "mixed", "anneal")
+#: the demo's ways of drawing batches (see :mod:`~mixreplay.demo.experiment`)
+ARMS = ("online", "mixed", "anneal", "proportional", "gated")
 
 #: ``mixreplay demo``: 3 seeds x 3,000 steps
 DEFAULTS = {"steps": 3000, "seeds": 3, "eval_every": 250, "eval_episodes": 5}
@@ -96,6 +96,9 @@ class RunSpec:
         steps: environment steps.
         env_id: the Gymnasium environment.
         dataset_id: the offline dataset, as ``load_dataset`` takes it (``"minari:<id>"``).
+        dataset: the dataset's short name (``"weak"``, ``"good"``), recorded with every
+            evaluation; ``""`` for the ``online`` arm, which uses no dataset.
+        dataset_return: the dataset's mean episode return; the ``gated`` arm needs it.
         learning_starts: uniform random actions, and no updates, before this step.
         eval_every: evaluate every this many steps (and at the last step).
         eval_episodes: deterministic evaluation episodes per evaluation.
@@ -109,6 +112,8 @@ class RunSpec:
     steps: int
     env_id: str = DEFAULT_ENV_ID
     dataset_id: str = f"minari:{DEFAULT_DATASET_ID}"
+    dataset: str = ""
+    dataset_return: float | None = None
     learning_starts: int = 256
     eval_every: int = 500
     eval_episodes: int = 5
@@ -119,6 +124,11 @@ class RunSpec:
     def __post_init__(self):
         if self.arm not in ARMS:
             raise ValueError(f"unknown arm {self.arm!r}; choose from {', '.join(ARMS)}")
+        if self.arm == "gated" and self.dataset_return is None:
+            raise ValueError(
+                "the gated arm lowers the offline share as the agent's returns pass the "
+                "dataset's: pass RunSpec(dataset_return=<the dataset's mean episode return>)"
+            )
         for name in ("steps", "eval_every", "eval_episodes", "online_capacity", "progress_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -5,7 +5,15 @@ Arms:
 - ``online``: SAC on a plain :class:`~mixreplay.ReplayBuffer` of its own experience;
 - ``mixed``: an :class:`~mixreplay.OfflineToOnlineReplayBuffer`, half of every batch offline;
 - ``anneal``: the same buffer with the offline share decayed linearly from 0.5 to 0
-  over the run (``rb.anneal(step, total_steps)`` every step).
+  over the run (``rb.anneal(step, total_steps)`` every step);
+- ``proportional``: the offline share is the offline rows' share of all rows
+  (:class:`~mixreplay.schedules.Proportional`): every stored row equally likely;
+- ``gated``: 0.5 until the agent's evaluation returns pass half the dataset's mean return,
+  then lowered linearly to 0 as they reach it (:class:`~mixreplay.schedules.ReturnGated`
+  fed the mean of the last :data:`GATE_WINDOW` evaluations). Evaluation returns, of the
+  deterministic policy, are what compares with a dataset rolled out from a policy: the
+  training episodes' returns, with SAC's exploration noise, ran a third of them or less
+  here (online SAC at 20,000 steps: 244 against 834).
 
 :func:`run_arm` is what each worker process executes; it returns one record per
 evaluation and never prints (progress goes to an optional callback).
@@ -23,13 +31,18 @@ import torch
 from tensordict import TensorDict
 
 from mixreplay.demo.config import ARMS, RunSpec
+from mixreplay.demo.envs import make_env
 from mixreplay.demo.sac import SAC
+from mixreplay.schedules import ReturnGated
 
 __all__ = ["ARMS", "RunSpec", "load_offline", "make_buffer", "run_arm", "transition"]
 
 log = logging.getLogger(__name__)
 
 OFFLINE_FRACTION = 0.5
+#: the gated arm: the offline share starts to fall at GATE_LOW x the dataset's mean return
+#: and reaches 0 at GATE_HIGH x that return, of the mean of the last GATE_WINDOW evaluations
+GATE_LOW, GATE_HIGH, GATE_WINDOW = 0.5, 1.0, 2
 # success rate of the training episodes is taken over this many most recent episodes
 TRAIN_WINDOW = 10
 
@@ -39,6 +52,23 @@ def load_offline(dataset_id: str, *, batch_size: int, generator: torch.Generator
     from mixreplay import load_dataset
 
     return load_dataset(dataset_id, batch_size=batch_size, generator=generator)
+
+
+def offline_schedule(spec: RunSpec):
+    """The arm's offline fraction: a float or a :mod:`mixreplay.schedules` schedule."""
+    from mixreplay.schedules import Proportional
+
+    if spec.arm == "proportional":
+        return Proportional()
+    if spec.arm == "gated":
+        if spec.dataset_return is None:  # RunSpec checks it; a spec built otherwise lands here
+            raise ValueError("the gated arm needs RunSpec.dataset_return")
+        reference = spec.dataset_return
+        # low/high must be ordered and distinct even for a dataset of return <= 0
+        low = reference - (1.0 - GATE_LOW) * abs(reference)
+        high = max(reference - (1.0 - GATE_HIGH) * abs(reference), low + 1.0)
+        return ReturnGated(OFFLINE_FRACTION, 0.0, low, high, window=GATE_WINDOW)
+    return OFFLINE_FRACTION
 
 
 def make_buffer(spec: RunSpec, generator: torch.Generator):
@@ -56,7 +86,7 @@ def make_buffer(spec: RunSpec, generator: torch.Generator):
     return OfflineToOnlineReplayBuffer(
         offline,
         online_capacity=spec.online_capacity,
-        offline_fraction=OFFLINE_FRACTION,
+        offline_fraction=offline_schedule(spec),
         batch_size=batch_size,
         generator=generator,
     )
@@ -119,10 +149,18 @@ def evaluate(agent: SAC, envs: list, seed: int) -> tuple[float, float]:
     return float(np.mean(returns)), float(np.mean(successes))
 
 
-def run_arm(spec: RunSpec, progress: Callable[[int], None] | None = None) -> list[dict]:
+def run_arm(
+    spec: RunSpec,
+    progress: Callable[[int], None] | None = None,
+    *,
+    on_evaluate: Callable[[SAC, dict], None] | None = None,
+) -> list[dict]:
     """Train one arm on one seed; return one record per evaluation.
 
-    Each record holds ``arm, seed, step, return`` (mean deterministic evaluation
+    ``on_evaluate(agent, record)``, when given, is called after each evaluation (the
+    dataset recipe keeps snapshots of the policy with it).
+
+    Each record holds ``arm, dataset, seed, step, return`` (mean deterministic evaluation
     return), ``eval_success``, ``train_success`` and ``train_return`` (over the last
     :data:`TRAIN_WINDOW` finished training episodes), ``train_episodes``,
     ``offline_fraction``, ``alpha``, ``wall_s`` and ``cpu_s`` (this process's CPU time: the
@@ -131,8 +169,8 @@ def run_arm(spec: RunSpec, progress: Callable[[int], None] | None = None) -> lis
     import gymnasium as gym
 
     start, cpu_start = time.perf_counter(), time.process_time()
-    env = gym.make(spec.env_id)
-    eval_envs = [gym.make(spec.env_id) for _ in range(spec.eval_episodes)]
+    env = make_env(spec.env_id)
+    eval_envs = [make_env(spec.env_id) for _ in range(spec.eval_episodes)]
     obs_space, act_space = env.observation_space, env.action_space
     if not isinstance(obs_space, gym.spaces.Box) or not isinstance(act_space, gym.spaces.Box):
         raise ValueError(
@@ -148,6 +186,8 @@ def run_arm(spec: RunSpec, progress: Callable[[int], None] | None = None) -> lis
         seed=spec.seed,
     )
     buffer = make_buffer(spec, torch.Generator().manual_seed(spec.seed))
+    schedule = None if spec.arm == "online" else buffer.schedule
+    gate = schedule if isinstance(schedule, ReturnGated) else None  # hears evaluations
     rng = np.random.default_rng(spec.seed)
     low, high = act_space.low, act_space.high
 
@@ -175,6 +215,8 @@ def run_arm(spec: RunSpec, progress: Callable[[int], None] | None = None) -> lis
 
         if spec.arm == "anneal":
             buffer.anneal(step, spec.steps)
+        elif spec.arm != "online":
+            buffer.set_step(step)  # schedules read their value at each new step
         if step >= spec.learning_starts:
             alpha = agent.update(buffer)["alpha"]
 
@@ -183,6 +225,7 @@ def run_arm(spec: RunSpec, progress: Callable[[int], None] | None = None) -> lis
             records.append(
                 {
                     "arm": spec.arm,
+                    "dataset": spec.dataset,
                     "seed": spec.seed,
                     "step": step,
                     "return": eval_return,
@@ -199,6 +242,10 @@ def run_arm(spec: RunSpec, progress: Callable[[int], None] | None = None) -> lis
                 }
             )
             log.debug("%s seed %d step %d: %s", spec.arm, spec.seed, step, records[-1])
+            if gate is not None:  # from the next step on
+                gate.observe(eval_return)
+            if on_evaluate is not None:
+                on_evaluate(agent, records[-1])
         if progress is not None and (step % spec.progress_every == 0 or step == spec.steps):
             progress(step - last_progress)
             last_progress = step

@@ -194,9 +194,14 @@ class RunLines:
     def advance(self, index: int, steps: int) -> None:
         self.steps[index] += steps
 
-    def finish(self, index: int, _records: object = None) -> None:
+    def finish(self, index: int, records: object = None) -> None:
         took = self.clock() - self.began.get(index, self.origin)
-        self._say(f"{self.labels[index]}: {self.steps[index]:,} steps in {took:.0f} s")
+        last = records[-1] if isinstance(records, list) and records else {}
+        ending = f", final return {last['return']:,.1f}" if "return" in last else ""
+        # the worker's last progress reports may still be in the queue's pipe when its result
+        # arrives (a loaded machine): the last record's step is what the run did reach
+        steps = max(self.steps[index], int(last.get("step", 0)))
+        self._say(f"{self.labels[index]}: {steps:,} steps in {took:.0f} s{ending}")
 
     def tick(self) -> None:
         """Nothing to redraw."""

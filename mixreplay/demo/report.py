@@ -13,11 +13,22 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-__all__ = ["COLUMNS", "format_summary", "plot_curves", "read_csv", "summarize", "write_csv"]
+__all__ = [
+    "COLUMNS",
+    "datasets_of",
+    "format_markdown",
+    "format_summary",
+    "plot_curves",
+    "plot_panels",
+    "read_csv",
+    "summarize",
+    "write_csv",
+]
 
 #: ``results.csv`` columns, in order
 COLUMNS = (
     "arm",
+    "dataset",
     "seed",
     "step",
     "return",
@@ -31,19 +42,28 @@ COLUMNS = (
     "cpu_s",
 )
 _INT_COLUMNS = {"seed", "step", "train_episodes"}
+_TEXT_COLUMNS = {"arm", "dataset"}
 
 ARM_LABELS = {
     "online": "online only",
     "mixed": "50/50 mixed",
     "anneal": "anneal 0.5 -> 0",
+    "proportional": "proportional",
+    "gated": "return-gated",
 }
-ARM_COLORS = {"online": "tab:gray", "mixed": "tab:blue", "anneal": "tab:orange"}
+ARM_COLORS = {
+    "online": "tab:gray",
+    "mixed": "tab:blue",
+    "anneal": "tab:orange",
+    "proportional": "tab:green",
+    "gated": "tab:red",
+}
 
 
 def write_csv(records: Iterable[dict], path: str | Path) -> Path:
     """One row per (arm, seed, evaluation step), sorted, columns :data:`COLUMNS`."""
     path = Path(path)
-    rows = sorted(records, key=lambda r: (r["arm"], r["seed"], r["step"]))
+    rows = sorted(records, key=lambda r: (r.get("dataset", ""), r["arm"], r["seed"], r["step"]))
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
@@ -59,17 +79,20 @@ def read_csv(path: str | Path) -> list[dict]:
     with open(path, newline="") as f:
         return [
             {
-                k: (v if k == "arm" else int(v) if k in _INT_COLUMNS else float(v))
+                k: (v if k in _TEXT_COLUMNS else int(v) if k in _INT_COLUMNS else float(v))
                 for k, v in row.items()
             }
             for row in csv.DictReader(f)
         ]
 
 
-def _by_arm_seed(records: Iterable[dict]) -> dict[str, dict[int, list[dict]]]:
-    grouped: dict[str, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
+Group = tuple[str, str]  # (dataset, arm); dataset "" for the online arm
+
+
+def _by_group_seed(records: Iterable[dict]) -> dict[Group, dict[int, list[dict]]]:
+    grouped: dict[Group, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
-        grouped[r["arm"]][r["seed"]].append(r)
+        grouped[(r.get("dataset", ""), r["arm"])][r["seed"]].append(r)
     for seeds in grouped.values():
         for rows in seeds.values():
             rows.sort(key=lambda r: r["step"])
@@ -81,18 +104,46 @@ def _arm_order(arms: Iterable[str]) -> list[str]:
     return known + sorted(set(arms) - set(known))
 
 
-def summarize(records: Sequence[dict], threshold: float) -> list[dict]:
-    """Per arm: final return, steps to ``threshold``, seeds reaching it, final train success.
+def _group_order(groups: Iterable[Group]) -> list[Group]:
+    """Arms without data first, then each dataset (in order of appearance) by arm order."""
+    groups = list(groups)
+    datasets = list(dict.fromkeys(d for d, _ in groups))
+    datasets.sort(key=lambda d: d != "")
+    return [(d, arm) for d in datasets for arm in _arm_order([a for dd, a in groups if dd == d])]
+
+
+def datasets_of(records: Iterable[dict]) -> list[str]:
+    """The dataset names in the records, in order of appearance ("" left out)."""
+    return [d for d in dict.fromkeys(r.get("dataset", "") for r in records) if d]
+
+
+def _at_step(rows: list[dict], step: int) -> float | None:
+    """The return of the last evaluation at or before ``step``."""
+    before = [r for r in rows if r["step"] <= step]
+    return before[-1]["return"] if before else None
+
+
+def summarize(
+    records: Sequence[dict], threshold: float, *, early_step: int | None = None
+) -> list[dict]:
+    """Per dataset and arm: final return, early return, steps to ``threshold``, train success.
 
     A seed reaches the threshold at the first evaluation whose mean return is at
     least ``threshold``. ``steps_to_threshold`` is the median over the seeds that
     reached it (``None`` if none did); ``steps_per_seed`` lists every seed's step or ``None``.
+    With ``early_step``, ``early_return`` (and its min and max over seeds) is the return of
+    each seed's last evaluation at or before that step. Rows come online arm first, then
+    each dataset's arms.
     """
-    grouped = _by_arm_seed(records)
+    grouped = _by_group_seed(records)
     summary = []
-    for arm in _arm_order(grouped):
-        seeds = grouped[arm]
+    for dataset, arm in _group_order(grouped):
+        seeds = grouped[(dataset, arm)]
         finals = [rows[-1]["return"] for rows in seeds.values()]
+        early = []
+        if early_step is not None:
+            at = (_at_step(rows, early_step) for rows in seeds.values())
+            early = [v for v in at if v is not None]
         reach = {
             seed: next((r["step"] for r in rows if r["return"] >= threshold), None)
             for seed, rows in sorted(seeds.items())
@@ -101,7 +152,12 @@ def summarize(records: Sequence[dict], threshold: float) -> list[dict]:
         summary.append(
             {
                 "arm": arm,
+                "dataset": dataset,
                 "seeds": len(seeds),
+                "early_step": early_step,
+                "early_return": statistics.fmean(early) if early else None,
+                "early_return_min": min(early, default=None),
+                "early_return_max": max(early, default=None),
                 "final_return": statistics.fmean(finals),
                 "final_return_min": min(finals),
                 "final_return_max": max(finals),
@@ -117,31 +173,87 @@ def summarize(records: Sequence[dict], threshold: float) -> list[dict]:
     return summary
 
 
-def format_summary(summary: Sequence[dict], threshold: float) -> str:
-    """The summary as a fixed-width text table."""
-    header = (
-        f"{'arm':<17} {'final return (mean [min, max])':<32} {'train success':>13} "
-        f"{f'steps to {threshold:g} (median)':>22} {'seeds reaching':>14}  per seed"
-    )
+def _range(mean: float | None, lo: float | None, hi: float | None) -> str:
+    return "-" if mean is None else f"{mean:,.0f} [{lo:,.0f}, {hi:,.0f}]"
+
+
+def format_summary(summary: Sequence[dict], threshold: float, *, success: bool = True) -> str:
+    """The summary as a fixed-width text table.
+
+    A ``data`` column appears with more than one dataset, a ``return at N`` column when
+    :func:`summarize` was given ``early_step``; ``success=False`` leaves out the training
+    success rate (for tasks with no goal state).
+    """
+    data = len({s.get("dataset") for s in summary} - {"", None}) > 1
+    early = next((s["early_step"] for s in summary if s.get("early_step") is not None), None)
+    columns = [("arm", 17, "<")]
+    if data:
+        columns.insert(0, ("data", 8, "<"))
+    if early is not None:
+        columns.append((f"return at {early:,} (mean [min, max])", 34, "<"))
+    columns.append(("final return (mean [min, max])", 32, "<"))
+    if success:
+        columns.append(("train success", 13, ">"))
+    columns += [(f"steps to {threshold:g} (median)", 22, ">"), ("seeds reaching", 14, ">")]
+
+    def line(cells: Sequence[str]) -> str:
+        return " ".join(f"{c:{a}{w}}" for c, (_, w, a) in zip(cells, columns))
+
+    header = line([name for name, _, _ in columns]) + "  per seed"
     lines = [header, "-" * len(header)]
     for s in summary:
-        final = (
+        cells = [ARM_LABELS.get(s["arm"], s["arm"])]
+        if data:
+            cells.insert(0, s.get("dataset") or "none")
+        if early is not None:
+            cells.append(_range(s["early_return"], s["early_return_min"], s["early_return_max"]))
+        cells.append(
             f"{s['final_return']:7.1f} [{s['final_return_min']:.1f}, {s['final_return_max']:.1f}]"
         )
+        if success:
+            cells.append(f"{s['final_train_success']:.2f}")
         steps = "never" if s["steps_to_threshold"] is None else f"{s['steps_to_threshold']:g}"
+        cells += [steps, f"{s['seeds_reaching']:d}/{s['seeds']:<4}"]
         per_seed = ", ".join(
             f"{seed}:{'-' if step is None else step}" for seed, step in s["steps_per_seed"].items()
         )
-        lines.append(
-            f"{ARM_LABELS.get(s['arm'], s['arm']):<17} {final:<32} {s['final_train_success']:>13.2f} "
-            f"{steps:>22} {s['seeds_reaching']:>9d}/{s['seeds']:<4}  {per_seed}"
-        )
+        lines.append(f"{line(cells)}  {per_seed}")
     lines.append(
         f"final = last evaluation (step {max((s['last_step'] for s in summary), default=0)}); "
         f"steps to threshold = first evaluation with mean return >= {threshold:g}; "
         "'-' = not reached"
     )
     return "\n".join(lines)
+
+
+def format_markdown(
+    summary: Sequence[dict], threshold: float, dataset_returns: dict[str, float] | None = None
+) -> str:
+    """The summary as a Markdown table (the docs page's): one row per dataset and arm.
+
+    ``dataset_returns`` maps a dataset's name to its mean episode return, shown beside it.
+    """
+    dataset_returns = dataset_returns or {}
+    early = next((s["early_step"] for s in summary if s.get("early_step") is not None), None)
+    last = max((s["last_step"] for s in summary), default=0)
+    head = ["data (mean return)", "arm"]
+    if early is not None:
+        head.append(f"return at {early:,}: mean [min, max]")
+    head += [f"return at {last:,}: mean [min, max]", f"steps to {threshold:,g}: median (seeds)"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in summary:
+        name = s.get("dataset") or ""
+        data = "none" if not name else name
+        if name in dataset_returns:
+            data = f"{name} ({dataset_returns[name]:,.0f})"
+        cells = [data, ARM_LABELS.get(s["arm"], s["arm"]).replace("->", "→")]
+        if early is not None:
+            cells.append(_range(s["early_return"], s["early_return_min"], s["early_return_max"]))
+        cells.append(_range(s["final_return"], s["final_return_min"], s["final_return_max"]))
+        steps = "never" if s["steps_to_threshold"] is None else f"{s['steps_to_threshold']:,.0f}"
+        cells.append(f"{steps} ({s['seeds_reaching']}/{s['seeds']})")
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
 
 
 def _band(seeds: dict[int, list[dict]], key: str):
@@ -165,12 +277,12 @@ def plot_curves(
     from matplotlib.figure import Figure
 
     path = Path(path)
-    grouped = _by_arm_seed(records)
+    grouped = _by_group_seed(records)
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     FigureCanvasAgg(fig)
     ax_ret, ax_succ = fig.subplots(1, 2)
-    for arm in _arm_order(grouped):
-        seeds = grouped[arm]
+    for group in _group_order(grouped):
+        seeds, arm = grouped[group], group[1]
         label = f"{ARM_LABELS.get(arm, arm)} ({len(seeds)} seeds)"
         color = ARM_COLORS.get(arm)
         for ax, key in ((ax_ret, "return"), (ax_succ, "train_success")):
@@ -197,4 +309,70 @@ def plot_curves(
     if title:
         fig.suptitle(title)
     fig.savefig(path, dpi=110)
+    return path
+
+
+def plot_panels(
+    records: Sequence[dict],
+    path: str | Path,
+    *,
+    threshold: float,
+    title: str = "",
+    dataset_returns: dict[str, float] | None = None,
+) -> Path:
+    """One column per dataset: evaluation return (top) and offline share (bottom) per arm.
+
+    Each arm is drawn as its mean over seeds (thick) and each seed's curve (thin); the
+    online-only arm, which uses no dataset, appears in every column. A dashed line marks
+    the dataset's mean return (from ``dataset_returns``), a dotted one the threshold.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    path = Path(path)
+    dataset_returns = dataset_returns or {}
+    grouped = _by_group_seed(records)
+    datasets = datasets_of(records) or [""]
+    fig = Figure(figsize=(5.2 * len(datasets), 6.4), layout="constrained", dpi=110)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(2, len(datasets), sharex=True, sharey="row", squeeze=False)
+    for col, dataset in enumerate(datasets):
+        ax_ret, ax_frac = axes[0][col], axes[1][col]
+        for group in _group_order(g for g in grouped if g[0] in ("", dataset)):
+            seeds, arm = grouped[group], group[1]
+            color = ARM_COLORS.get(arm)
+            for rows in seeds.values():
+                ax_ret.plot(
+                    [r["step"] for r in rows],
+                    [r["return"] for r in rows],
+                    color=color,
+                    linewidth=0.8,
+                    alpha=0.35,
+                )
+            steps, mean, _, _ = _band(seeds, "return")
+            label = f"{ARM_LABELS.get(arm, arm)} ({len(seeds)} seeds)"
+            ax_ret.plot(steps, mean, color=color, linewidth=2.2, label=label)
+            steps, mean, _, _ = _band(seeds, "offline_fraction")
+            ax_frac.plot(steps, mean, color=color, linewidth=2, marker=".", label=label)
+        if dataset in dataset_returns:
+            ax_ret.axhline(
+                dataset_returns[dataset],
+                color="black",
+                linestyle="--",
+                linewidth=1,
+                label=f"dataset mean return {dataset_returns[dataset]:,.0f}",
+            )
+        ax_ret.axhline(
+            threshold, color="black", linestyle=":", linewidth=1, label=f"threshold {threshold:,g}"
+        )
+        ax_ret.set(title=f"{dataset} data" if dataset else "online only")
+        ax_frac.set(xlabel="environment steps", ylim=(-0.03, 1.03))
+        ax_ret.legend(loc="upper left", fontsize="x-small")
+        for ax in (ax_ret, ax_frac):
+            ax.grid(alpha=0.3)
+    axes[0][0].set(ylabel="evaluation return (deterministic)\nmean: thick; each seed: thin")
+    axes[1][0].set(ylabel="offline share of each batch\n(mean over seeds)")
+    if title:
+        fig.suptitle(title)
+    fig.savefig(path)
     return path

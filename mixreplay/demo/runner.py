@@ -19,6 +19,7 @@ import os
 import queue as queue_module
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Any
 
 __all__ = ["default_workers", "run_specs", "start_workers"]
 
@@ -75,8 +76,9 @@ def _init_worker(progress_queue, log_level: int, environ: dict[str, str]) -> Non
     _PROGRESS_QUEUE = progress_queue
 
 
-def _run_in_worker(index: int, spec):
-    from mixreplay.demo.experiment import run_arm
+def _run_in_worker(index: int, spec, target):
+    if target is None:
+        from mixreplay.demo.experiment import run_arm as target
 
     q = _PROGRESS_QUEUE
     if q is not None:
@@ -86,7 +88,7 @@ def _run_in_worker(index: int, spec):
         if q is not None:
             q.put((index, n))
 
-    return run_arm(spec, progress)
+    return target(spec, progress)
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
@@ -115,6 +117,7 @@ def run_specs(
     on_progress: Callable[[int, int], None] | None = None,
     on_result: Callable[[int, list[dict]], None] | None = None,
     on_tick: Callable[[], None] | None = None,
+    target: Callable[[Any, Callable[[int], None]], list[dict]] | None = None,
 ) -> list[dict]:
     """Run every spec, ``workers`` at a time; return all records (in spec order).
 
@@ -123,6 +126,9 @@ def run_specs(
     Args:
         specs: the runs.
         workers: processes; default one per core, never more than runs.
+        target: what a worker calls, ``target(spec, progress)``, a module-level function
+            returning a list of records; default
+            :func:`~mixreplay.demo.experiment.run_arm`.
         on_start: ``on_start(i)`` when a worker begins run ``i``.
         on_progress: ``on_progress(i, steps_done_since_last_call)``.
         on_result: ``on_result(i, records)`` as run ``i`` finishes.
@@ -163,7 +169,7 @@ def run_specs(
         initializer=_init_worker,
         initargs=(progress_queue, logging.getLogger().getEffectiveLevel(), dict(os.environ)),
     ) as pool:
-        futures = {pool.submit(_run_in_worker, i, spec): i for i, spec in enumerate(specs)}
+        futures = {pool.submit(_run_in_worker, i, spec, target): i for i, spec in enumerate(specs)}
         pending = set(futures)
         try:
             while pending:

@@ -247,3 +247,31 @@ def test_bench_data_types_tiny(tmp_path):
             assert re.search(rf"^{kind} +{re.escape(op)} +[\d.]+ +[\d.]+ +[\d.]+x$", text, re.M), (
                 text
             )
+
+
+def test_halfcheetah_report_joins_complete_runs(tmp_path):
+    """Two results.csv (a cut-off run, then the missing arms): one table and figure of the
+    runs that reached the last step; a repeated run counts once, a stopped one is named."""
+    from mixreplay.demo.report import COLUMNS, read_csv, write_csv
+
+    def rows(dataset, arm, seed, last, ret):
+        base = dict.fromkeys(COLUMNS, 0.0)
+        return [
+            {**base, "arm": arm, "dataset": dataset, "seed": seed, "step": s, "return": ret + s}
+            for s in range(1_000, last + 1, 1_000)
+        ]
+
+    first, second = tmp_path / "a.csv", tmp_path / "b.csv"
+    write_csv(rows("", "online", 0, 4_000, 0.0) + rows("weak", "mixed", 0, 2_000, 0.0), first)
+    write_csv(rows("weak", "mixed", 0, 4_000, 500.0) + rows("", "online", 0, 4_000, 9e3), second)
+    text = run_bench(
+        "halfcheetah_report.py", str(first), str(second), "--out", str(tmp_path / "r" / "hc"),
+        "--steps", "4000", "--early-step", "2000", "--threshold", "4000",
+        "--dataset-return", "weak=742", tmp=tmp_path,
+    )  # fmt: skip
+    assert f"left out (stopped before step 4,000): ('weak', 'mixed', 0) in {first}" in text
+    assert "runs: none/online: seeds [0], weak/mixed: seeds [0]" in text
+    assert "| none | online only | 2,000 [2,000, 2,000] | 4,000 [4,000, 4,000] |" in text
+    assert "| weak (742) | 50/50 mixed | 2,500 [2,500, 2,500] | 4,500 [4,500, 4,500] |" in text
+    assert len(read_csv(tmp_path / "r" / "hc.csv")) == 8  # the first file's online run only
+    assert (tmp_path / "r" / "hc.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

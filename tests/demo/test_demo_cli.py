@@ -11,9 +11,10 @@ import pytest
 
 from mixreplay.cli import UsageError, main
 from mixreplay.demo.cli import DEPENDENCIES, QUICK, add_demo_parser, check_dependencies, run_demo
-from mixreplay.demo.config import ARMS, DEFAULTS
+from mixreplay.demo.config import DEFAULTS
 from mixreplay.demo.progress import RunBars, RunLines
 from mixreplay.demo.report import COLUMNS, read_csv, summarize
+from mixreplay.demo.tasks import TASKS
 from mixreplay.errors import MissingDependencyError
 
 
@@ -26,8 +27,11 @@ def parse(*argv: str) -> argparse.Namespace:
 def test_parser_defaults():
     args = parse()
     assert args.func is run_demo
-    assert (args.utd, args.batch_size, args.hidden, args.threshold) == (1, 128, 128, 80.0)
-    assert args.env == "MountainCarContinuous-v0"
+    assert (args.utd, args.batch_size, args.hidden) == (1, 128, 128)
+    assert args.task == "mountaincar" and args.env is None and args.threshold is None
+    assert TASKS["mountaincar"].threshold == 80.0 and TASKS["mountaincar"].env_id == (
+        "MountainCarContinuous-v0"
+    )
 
 
 def test_quick_is_shorter_than_the_default_run():
@@ -38,7 +42,10 @@ def test_quick_is_shorter_than_the_default_run():
 @pytest.mark.parametrize(
     ("argv", "match"),
     [
-        (["--arms", "online,both"], "--arms takes a comma-separated subset of online,mixed,anneal"),
+        (
+            ["--arms", "online,both"],
+            "--arms takes a comma-separated subset of online,mixed,anneal,proportional,gated",
+        ),
         (["--arms", ","], "--arms takes"),
         (
             ["--env", "Pendulum-v1", "--quick"],
@@ -58,8 +65,8 @@ def test_bad_options_print_one_line_and_exit_2(tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == (
-        "mixreplay: error: --arms takes a comma-separated subset of online,mixed,anneal, "
-        "got 'both'\n"
+        "mixreplay: error: --arms takes a comma-separated subset of "
+        "online,mixed,anneal,proportional,gated, got 'both'\n"
     )
 
 
@@ -148,6 +155,31 @@ def test_lines_in_a_log_show_each_run_its_own_time():
     ]
 
 
+def test_a_finished_runs_line_gives_its_final_return():
+    out = io.StringIO()
+    lines = RunLines(["a, seed 0"], [10], file=out, clock=lambda: 0.0)
+    lines.start(0)
+    lines.advance(0, 10)
+    lines.finish(0, [{"step": 5, "return": 1.0}, {"step": 10, "return": 1234.56}])
+    assert out.getvalue().splitlines()[-1] == (
+        "[   0 s] a, seed 0: 10 steps in 0 s, final return 1,234.6"
+    )
+
+
+def test_a_finished_runs_line_counts_steps_whose_reports_are_still_queued():
+    """A worker's last progress reports can reach the parent after its result (the queue's
+    feeder thread, a loaded machine): the line says the step the run's records reached."""
+    out = io.StringIO()
+    lines = RunLines(["a, seed 0"], [2000], file=out, clock=lambda: 0.0)
+    lines.start(0)
+    lines.advance(0, 1750)  # the last 250 steps' report not drained yet
+    lines.finish(0, [{"step": 1000, "return": 1.0}, {"step": 2000, "return": 2.0}])
+    assert (
+        out.getvalue().splitlines()[-1]
+        == "[   0 s] a, seed 0: 2,000 steps in 0 s, final return 2.0"
+    )
+
+
 def check_outputs(out, *, seeds: int, steps: int, eval_every: int):
     records = read_csv(out / "results.csv")
     header = (out / "results.csv").read_text().splitlines()[0].split(",")
@@ -155,7 +187,8 @@ def check_outputs(out, *, seeds: int, steps: int, eval_every: int):
     evals = list(range(eval_every, steps + 1, eval_every))
     if evals[-1] != steps:
         evals.append(steps)
-    expected = {(arm, seed, step) for arm in ARMS for seed in range(seeds) for step in evals}
+    arms = TASKS["mountaincar"].arms
+    expected = {(arm, seed, step) for arm in arms for seed in range(seeds) for step in evals}
     assert {(r["arm"], r["seed"], r["step"]) for r in records} == expected
     assert len(records) == len(expected)
     for r in records:

@@ -25,17 +25,9 @@ def dataset_id():
 
 
 def spec(arm: str, dataset_id: str, **kw) -> RunSpec:
-    return RunSpec(
-        arm=arm,
-        seed=0,
-        steps=300,
-        dataset_id=dataset_id,
-        learning_starts=250,
-        eval_every=150,
-        eval_episodes=1,
-        sac=SMALL_SAC,
-        **kw,
-    )
+    base = {"seed": 0, "steps": 300, "dataset_return": 90.0, "learning_starts": 250}
+    base.update(eval_every=150, eval_episodes=1, sac=SMALL_SAC)
+    return RunSpec(arm=arm, dataset_id=dataset_id, **{**base, **kw})
 
 
 def test_transition_layout():
@@ -52,13 +44,17 @@ def test_buffers_per_arm(dataset_id):
     import torch
 
     assert isinstance(make_buffer(spec("online", dataset_id), torch.Generator()), ReplayBuffer)
-    for arm in ("mixed", "anneal"):
+    for arm in ("mixed", "anneal", "gated"):
         rb = make_buffer(spec(arm, dataset_id), torch.Generator())
         assert isinstance(rb, OfflineToOnlineReplayBuffer) and rb.offline_fraction == 0.5
+    rb = make_buffer(spec("proportional", dataset_id), torch.Generator())
+    assert rb.offline_fraction == 1.0  # the online ring is empty: every row is offline
 
 
 @pytest.mark.parametrize("arm", ARMS)
 def test_run_arm_records(arm, dataset_id):
+    import torch
+
     calls = []
     records = run_arm(spec(arm, dataset_id, progress_every=100), progress=calls.append)
     assert [r["step"] for r in records] == [150, 300]
@@ -66,13 +62,25 @@ def test_run_arm_records(arm, dataset_id):
     assert all(r["arm"] == arm and r["seed"] == 0 for r in records)
     assert sum(calls) == 300
     fractions = [r["offline_fraction"] for r in records]
-    expected = {"online": [0.0, 0.0], "mixed": [0.5, 0.5], "anneal": [0.25, 0.0]}[arm]
+    n = len(make_buffer(spec("mixed", dataset_id), torch.Generator()).offline_buffer)
+    expected = {
+        "online": [0.0, 0.0],
+        "mixed": [0.5, 0.5],
+        "anneal": [0.25, 0.0],
+        # the offline rows' share of all rows after 150 and 300 online steps
+        "proportional": [n / (n + 150), n / (n + 300)],
+        # the gate hears evaluations (window 2): a full window only at the last one
+        "gated": [0.5, 0.5],
+    }[arm]
     assert fractions == pytest.approx(expected)
+    assert all(r["dataset"] == "" for r in records)
 
 
 def test_bad_arm():
     with pytest.raises(ValueError, match="unknown arm 'both'"):
         RunSpec(arm="both", seed=0, steps=10)
+    with pytest.raises(ValueError, match=r"pass RunSpec\(dataset_return=<the dataset's mean"):
+        RunSpec(arm="gated", seed=0, steps=10)
 
 
 def test_evaluate_counts_successes():
@@ -132,3 +140,12 @@ def test_runs_report_their_start_steps_and_end_by_index():
         assert mine[0] == ("start", i)  # before any of its steps
         assert sum(e[2] for e in mine if e[0] == "steps") == spec.steps
         assert [e for e in mine if e[0] == "end"] == [("end", i, 1)]
+
+
+def test_the_gated_arm_drops_the_offline_share_once_evaluations_pass_the_dataset(dataset_id):
+    """A dataset of return -1000: any MountainCar policy passes it; the share is 0 after the
+    first full window of evaluations (two), and the dataset's share before."""
+    records = run_arm(spec("gated", dataset_id, steps=450, dataset_return=-1000.0))
+    assert [r["step"] for r in records] == [150, 300, 450]
+    assert all(r["return"] > -1000 for r in records)
+    assert [r["offline_fraction"] for r in records] == [0.5, 0.5, 0.0]

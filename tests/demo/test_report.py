@@ -6,17 +6,20 @@ import pytest
 
 from mixreplay.demo.report import (
     COLUMNS,
+    format_markdown,
     format_summary,
     plot_curves,
+    plot_panels,
     read_csv,
     summarize,
     write_csv,
 )
 
 
-def record(arm, seed, step, ret, success=0.0):
+def record(arm, seed, step, ret, success=0.0, dataset=None):
     return {
         "arm": arm,
+        "dataset": ("" if arm == "online" else "expert") if dataset is None else dataset,
         "seed": seed,
         "step": step,
         "return": ret,
@@ -72,11 +75,11 @@ def test_summary_table_text():
 def test_csv_round_trip(tmp_path):
     path = write_csv(RECORDS, tmp_path / "results.csv")
     header = path.read_text().splitlines()[0].split(",")
-    assert header == list(COLUMNS) and header[:4] == ["arm", "seed", "step", "return"]
+    assert header == list(COLUMNS) and header[:5] == ["arm", "dataset", "seed", "step", "return"]
     back = read_csv(path)
     assert len(back) == len(RECORDS)
-    assert {(r["arm"], r["seed"], r["step"], r["return"]) for r in back} == {
-        (r["arm"], r["seed"], r["step"], r["return"]) for r in RECORDS
+    assert {(r["arm"], r["dataset"], r["seed"], r["step"], r["return"]) for r in back} == {
+        (r["arm"], r["dataset"], r["seed"], r["step"], r["return"]) for r in RECORDS
     }
 
 
@@ -84,3 +87,60 @@ def test_plot_writes_png(tmp_path):
     path = plot_curves(RECORDS, tmp_path / "curves.png", threshold=80, title="test")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert path.stat().st_size > 10_000
+
+
+# -- several datasets (the halfcheetah task) ---------------------------------------------------
+
+BENCH = [
+    *(record("online", s, step, 100.0 * s + step / 10) for s in range(2) for step in (50, 100)),
+    *(
+        record("mixed", s, step, ret, dataset=d)
+        for d, base in (("weak", 10.0), ("good", 1000.0))
+        for s in range(2)
+        for step, ret in ((50, base + s), (100, 2 * base + s))
+    ),
+]
+
+
+def test_summary_per_dataset_with_the_early_return():
+    summary = summarize(BENCH, threshold=1500, early_step=60)
+    assert [(s["dataset"], s["arm"]) for s in summary] == [
+        ("", "online"),
+        ("weak", "mixed"),
+        ("good", "mixed"),
+    ]
+    good = summary[2]
+    assert good["early_step"] == 60 and good["early_return"] == pytest.approx(1000.5)
+    assert (good["early_return_min"], good["early_return_max"]) == (1000.0, 1001.0)
+    assert good["final_return"] == pytest.approx(2000.5) and good["seeds_reaching"] == 2
+    assert good["steps_per_seed"] == {0: 100, 1: 100}
+    assert summarize(BENCH, threshold=1500, early_step=10)[0]["early_return"] is None
+
+
+def test_markdown_table():
+    text = format_markdown(
+        summarize(BENCH, threshold=1500, early_step=50), 1500, {"weak": 12.3, "good": 987.6}
+    )
+    assert text.splitlines() == [
+        "| data (mean return) | arm | return at 50: mean [min, max] | "
+        "return at 100: mean [min, max] | steps to 1,500: median (seeds) |",
+        "|---|---|---|---|---|",
+        "| none | online only | 55 [5, 105] | 60 [10, 110] | never (0/2) |",
+        "| weak (12) | 50/50 mixed | 10 [10, 11] | 20 [20, 21] | never (0/2) |",
+        "| good (988) | 50/50 mixed | 1,000 [1,000, 1,001] | 2,000 [2,000, 2,001] | 100 (2/2) |",
+    ]
+
+
+def test_text_table_has_a_data_column_with_several_datasets():
+    text = format_summary(summarize(BENCH, 1500, early_step=50), 1500, success=False)
+    header, _, *rows = text.splitlines()
+    assert header.startswith("data     arm") and "return at 50" in header
+    assert "train success" not in header
+    assert rows[0].startswith("none     online only") and rows[2].startswith("good     50/50 mixed")
+
+
+def test_panels_plot_writes_png(tmp_path):
+    path = plot_panels(
+        BENCH, tmp_path / "panels.png", threshold=1500, title="t", dataset_returns={"good": 990.0}
+    )
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000

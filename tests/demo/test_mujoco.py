@@ -193,7 +193,7 @@ def test_the_recipe_writes_real_minari_datasets_and_checks_their_return(
     assert missing_datasets(TINY) == [] and make_policy_datasets(TINY) == []
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # seconds of MuJoCo per arm: out of the default run, in CI
 def test_a_tiny_benchmark_end_to_end(tiny, demo_roots, no_log_file, capsys):
     """The whole command at a size of seconds: datasets made, every arm on each, outputs written."""
     out = no_log_file / "bench"

@@ -82,8 +82,8 @@ def _differs(row: str, raises):
 
 
 DIFF_PRIVATE = _differs(
-    "TorchRL's private attributes other than storage._storage / storage._init / rb._rng "
-    "(writer._cursor, _sampler._sum_tree, the .filename of the memmap tensors in "
+    "TorchRL's private attributes other than storage._storage / storage._init / rb._rng / "
+    "writer._cursor (_sampler._sum_tree, the .filename of the memmap tensors in "
     "storage._storage, ...) do not exist",
     AttributeError,
 )
@@ -141,16 +141,6 @@ DIFF_NDIM_EXAMPLE = _differs(
 BROKEN_EXAMPLE = pytest.mark.skip(
     reason="left out of the port: TorchRL's example does not run on TorchRL either (a '>>>' "
     "line continues a def where doctest needs '...')"
-)
-
-# Not mixreplay's: SliceSampler / PrioritizedSampler features built on the samplers branch.
-SAMPLERS_BRANCH = pytest.mark.xfail(
-    ON_MIXREPLAY,
-    reason="PrioritizedSampler(beta=1.1) is refused until the samplers branch lands "
-    "(ValueError); then Differences from TorchRL: private attributes (_sampler._sum_tree, "
-    "AttributeError)",
-    raises=(ValueError, AttributeError),
-    strict=True,
 )
 
 # -- the reference: what fails on TorchRL 0.14.1 here, whatever mixreplay does ---------------
@@ -216,6 +206,5 @@ __all__ = [
     "NO_TORCHRL_PRIORITIZED",
     "REFERENCE_COMPILE_FAILS",
     "REFERENCE_SUBPROCESS_SLOW",
-    "SAMPLERS_BRANCH",
     "UNCLOSED_PIPES",
 ]

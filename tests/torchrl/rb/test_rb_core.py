@@ -753,7 +753,7 @@ def test_rb_trajectories(stack, reduction):
 
 
 @NO_TORCHRL_PRIORITIZED
-@SAMPLERS_BRANCH
+@DIFF_PRIVATE
 def test_shared_storage_prioritized_sampler():
     n = 100
 

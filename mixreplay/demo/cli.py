@@ -331,7 +331,7 @@ def prepare_datasets(args: argparse.Namespace) -> dict[str, float]:
         ensure_expert_dataset()
     import torch
 
-    from mixreplay.cli_datasets import episode_returns
+    from mixreplay.cli.datasets import episode_returns
     from mixreplay.demo.experiment import load_offline
 
     returns = {}

@@ -94,6 +94,8 @@ class MixingBuffer(BufferBase[MixedDraw]):
         self._unit_size: int | None = None  # rows per sampling unit, once known
         self._distinct: tuple[int, ...] = ()
         self._labels: dict[tuple[int, ...], torch.Tensor] = {}  # source labels per split
+        # the last split when _split_key allows: (batch size, schedule, step, live, counts)
+        self._counts_memo: tuple[int, object, Any, tuple[bool, ...], tuple[int, ...]] | None = None
         self._layouts: dict[Schema, RowLayout] = {}  # output layouts of the generic path
 
     def _init_sources(self, names: Sequence[str], sources: Sequence[MixSource]) -> None:
@@ -109,6 +111,11 @@ class MixingBuffer(BufferBase[MixedDraw]):
     def _split(self, batch_units: int, live: list[int], sizes: list[int]) -> list[int]:
         """Units per live source (in ``live`` order) for a batch of ``batch_units``."""
         raise NotImplementedError
+
+    def _split_key(self) -> tuple[object, Any] | None:
+        """``(schedule, step)`` when :meth:`_split` is a pure function of them, the batch size
+        and which sources are live (the counts are then kept between batches); else ``None``."""
+        return None
 
     def _commit_split(self, counts: list[int]) -> None:
         """Called once a batch with ``counts`` was drawn (subclasses carry remainders)."""
@@ -194,6 +201,26 @@ class MixingBuffer(BufferBase[MixedDraw]):
     def _counts(self, batch_size: int) -> list[int]:
         # A source with nothing to draw (no rows, or no complete slice yet) is skipped.
         sizes = [s.available() for s in self._sources]
+        key = self._split_key()
+        if key is not None:
+            memo = self._counts_memo
+            live_now = tuple([n > 0 for n in sizes])
+            if (
+                memo is not None
+                and memo[0] == batch_size
+                and memo[1] is key[0]
+                and memo[2] == key[1]
+                and memo[3] == live_now
+            ):
+                counts = list(memo[4])
+                if all(counts[i] <= sizes[i] for i in self._distinct):
+                    return counts
+            counts = self._split_counts(batch_size, sizes)
+            self._counts_memo = (batch_size, key[0], key[1], live_now, tuple(counts))
+            return counts
+        return self._split_counts(batch_size, sizes)
+
+    def _split_counts(self, batch_size: int, sizes: list[int]) -> list[int]:
         live = [i for i, n in enumerate(sizes) if n > 0]
         if not live:
             raise EmptyBufferError(
@@ -551,6 +578,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
                 for plan in plans:
                     plan()
             self._unit_size = None
+            self._counts_memo = None
             self._refresh_layout()
 
         return apply

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -90,6 +90,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
         self._layout: RowLayout | None = None  # the fast path's packed layout
         self._device = torch.device("cpu")
         self._fused = False  # every source gathers packed rows of one layout, untransformed
+        self._drawers: list[Callable[[int, torch.Generator, torch.Tensor], torch.Tensor]] = []
         self._fused_stamp = -1  # the sources' transforms when _fused was decided
         self._unit_size: int | None = None  # rows per sampling unit, once known
         self._distinct: tuple[int, ...] = ()
@@ -183,6 +184,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
         first = layouts[0]
         self._fused = first is not None and all(lay == first for lay in layouts)
         self._layout = first if self._fused else None
+        self._drawers = [s.packed_drawer() for s in self._sources] if self._fused else []
         devices = [d for s in self._sources if (d := s.device) is not None]
         self._device = devices[-1] if devices else torch.device("cpu")
 
@@ -319,7 +321,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
             pos = 0
             for i, k in enumerate(counts):
                 if k:
-                    indices[i] = self._sources[i].draw_into(k, gen, out[pos : pos + k])
+                    indices[i] = self._drawers[i](k, gen, out[pos : pos + k])
                     pos += k
             batch: TensorDictBase = layout.copy_out(out, self._device)
         else:

@@ -90,6 +90,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
         self._layout: RowLayout | None = None  # the fast path's packed layout
         self._device = torch.device("cpu")
         self._fused = False  # every source gathers packed rows of one layout, untransformed
+        self._scratch: dict[int, tuple[RowLayout, list[int], torch.Tensor, list]] = {}
         self._drawers: list[Callable[[int, torch.Generator, torch.Tensor], torch.Tensor]] = []
         self._fused_stamp = -1  # the sources' transforms when _fused was decided
         self._unit_size: int | None = None  # rows per sampling unit, once known
@@ -317,13 +318,26 @@ class MixingBuffer(BufferBase[MixedDraw]):
             # One gather per source, straight into the preallocated packed output.
             layout = self._layout
             assert layout is not None
-            out = torch.empty(B, layout.row_words, dtype=torch.int64, device=self._device)
-            pos = 0
-            for i, k in enumerate(counts):
-                if k:
-                    indices[i] = self._drawers[i](k, gen, out[pos : pos + k])
-                    pos += k
+            # The packed rows are scratch (copy_out copies every leaf out of them), so one CPU
+            # buffer and its per-source parts are kept for the next batch of this split; taken
+            # with an atomic pop, so two threads sampling at once never share it.
+            kept = self._scratch.pop(0, None)
+            if kept is None or kept[0] is not layout or kept[1] != counts:
+                out = torch.empty(B, layout.row_words, dtype=torch.int64, device=self._device)
+                parts: list[torch.Tensor | None] = [None] * len(counts)
+                pos = 0
+                for i, k in enumerate(counts):
+                    if k:
+                        parts[i] = out[pos : pos + k]
+                        pos += k
+                kept = (layout, list(counts), out, parts)
+            out, parts = kept[2], kept[3]
+            for i, part in enumerate(parts):
+                if part is not None:
+                    indices[i] = self._drawers[i](counts[i], gen, part)
             batch: TensorDictBase = layout.copy_out(out, self._device)
+            if out.device.type == "cpu":  # elsewhere a copy may still be reading it
+                self._scratch[0] = kept
         else:
             # a failed draw (a source's transform raising, say) is undone: retrying draws the same
             snapshot = self._draw_snapshot()

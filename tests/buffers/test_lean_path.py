@@ -90,3 +90,59 @@ def test_an_annealed_split_follows_the_step():
     assert rb._counts(100) == [25, 75]
     rb.set_step(100)
     assert rb._counts(100) == [0, 100]
+
+
+def test_batches_drawn_through_kept_scratch_are_independent_and_right():
+    offline = rows(50)
+    rb = OfflineToOnlineReplayBuffer(
+        OfflineDataset.from_tensordict(offline),
+        online_capacity=100,
+        offline_fraction=0.5,
+        generator=0,
+    )
+    online = rows(30, seed=1)
+    rb.extend(online)
+    first, info = rb.sample(16, return_info=True)
+    kept = first.clone()
+    for b in (16, 16, 8, 16):  # the same split (scratch reused) and another one
+        later, later_info = rb.sample(b, return_info=True)
+        assert (first == kept).all()  # an earlier batch never changes
+        for name, source in (("offline", offline), ("online", online)):
+            mask = later_info["source"] == (0 if name == "offline" else 1)
+            expect = source[later_info["index"][mask]]
+            assert (later[mask].exclude("index") == expect).all()
+    del info
+
+
+def test_two_threads_sampling_at_once_get_their_own_rows():
+    import threading
+
+    rb = OfflineToOnlineReplayBuffer(
+        OfflineDataset.from_tensordict(rows(500)),
+        online_capacity=1000,
+        offline_fraction=0.5,
+        generator=0,
+    )
+    data = rows(500, seed=1)
+    rb.extend(data)
+    offline = rows(500)
+    bad: list[str] = []
+
+    def work():
+        for _ in range(200):
+            batch, info = rb.sample(64, return_info=True)
+            src = info["source"]
+            expect = torch.where(
+                (src == 0).unsqueeze(-1),
+                offline["observation"][info["index"].clamp(max=499)],
+                data["observation"][info["index"].clamp(max=499)],
+            )
+            if not torch.equal(batch["observation"], expect):
+                bad.append("mismatch")
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -90,10 +90,14 @@ class MixingBuffer(BufferBase[MixedDraw]):
         self._layout: RowLayout | None = None  # the fast path's packed layout
         self._device = torch.device("cpu")
         self._fused = False  # every source gathers packed rows of one layout, untransformed
+        self._scratch: dict[int, tuple[RowLayout, list[int], torch.Tensor, list]] = {}
+        self._drawers: list[Callable[[int, torch.Generator, torch.Tensor], torch.Tensor]] = []
         self._fused_stamp = -1  # the sources' transforms when _fused was decided
         self._unit_size: int | None = None  # rows per sampling unit, once known
         self._distinct: tuple[int, ...] = ()
         self._labels: dict[tuple[int, ...], torch.Tensor] = {}  # source labels per split
+        # the last split when _split_key allows: (batch size, schedule, step, live, counts)
+        self._counts_memo: tuple[int, object, Any, tuple[bool, ...], tuple[int, ...]] | None = None
         self._layouts: dict[Schema, RowLayout] = {}  # output layouts of the generic path
 
     def _init_sources(self, names: Sequence[str], sources: Sequence[MixSource]) -> None:
@@ -109,6 +113,11 @@ class MixingBuffer(BufferBase[MixedDraw]):
     def _split(self, batch_units: int, live: list[int], sizes: list[int]) -> list[int]:
         """Units per live source (in ``live`` order) for a batch of ``batch_units``."""
         raise NotImplementedError
+
+    def _split_key(self) -> tuple[object, Any] | None:
+        """``(schedule, step)`` when :meth:`_split` is a pure function of them, the batch size
+        and which sources are live (the counts are then kept between batches); else ``None``."""
+        return None
 
     def _commit_split(self, counts: list[int]) -> None:
         """Called once a batch with ``counts`` was drawn (subclasses carry remainders)."""
@@ -176,6 +185,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
         first = layouts[0]
         self._fused = first is not None and all(lay == first for lay in layouts)
         self._layout = first if self._fused else None
+        self._drawers = [s.packed_drawer() for s in self._sources] if self._fused else []
         devices = [d for s in self._sources if (d := s.device) is not None]
         self._device = devices[-1] if devices else torch.device("cpu")
 
@@ -194,6 +204,26 @@ class MixingBuffer(BufferBase[MixedDraw]):
     def _counts(self, batch_size: int) -> list[int]:
         # A source with nothing to draw (no rows, or no complete slice yet) is skipped.
         sizes = [s.available() for s in self._sources]
+        key = self._split_key()
+        if key is not None:
+            memo = self._counts_memo
+            live_now = tuple([n > 0 for n in sizes])
+            if (
+                memo is not None
+                and memo[0] == batch_size
+                and memo[1] is key[0]
+                and memo[2] == key[1]
+                and memo[3] == live_now
+            ):
+                counts = list(memo[4])
+                if all(counts[i] <= sizes[i] for i in self._distinct):
+                    return counts
+            counts = self._split_counts(batch_size, sizes)
+            self._counts_memo = (batch_size, key[0], key[1], live_now, tuple(counts))
+            return counts
+        return self._split_counts(batch_size, sizes)
+
+    def _split_counts(self, batch_size: int, sizes: list[int]) -> list[int]:
         live = [i for i, n in enumerate(sizes) if n > 0]
         if not live:
             raise EmptyBufferError(
@@ -288,13 +318,26 @@ class MixingBuffer(BufferBase[MixedDraw]):
             # One gather per source, straight into the preallocated packed output.
             layout = self._layout
             assert layout is not None
-            out = torch.empty(B, layout.row_words, dtype=torch.int64, device=self._device)
-            pos = 0
-            for i, k in enumerate(counts):
-                if k:
-                    indices[i] = self._sources[i].draw_into(k, gen, out[pos : pos + k])
-                    pos += k
+            # The packed rows are scratch (copy_out copies every leaf out of them), so one CPU
+            # buffer and its per-source parts are kept for the next batch of this split; taken
+            # with an atomic pop, so two threads sampling at once never share it.
+            kept = self._scratch.pop(0, None)
+            if kept is None or kept[0] is not layout or kept[1] != counts:
+                out = torch.empty(B, layout.row_words, dtype=torch.int64, device=self._device)
+                parts: list[torch.Tensor | None] = [None] * len(counts)
+                pos = 0
+                for i, k in enumerate(counts):
+                    if k:
+                        parts[i] = out[pos : pos + k]
+                        pos += k
+                kept = (layout, list(counts), out, parts)
+            out, parts = kept[2], kept[3]
+            for i, part in enumerate(parts):
+                if part is not None:
+                    indices[i] = self._drawers[i](counts[i], gen, part)
             batch: TensorDictBase = layout.copy_out(out, self._device)
+            if out.device.type == "cpu":  # elsewhere a copy may still be reading it
+                self._scratch[0] = kept
         else:
             # a failed draw (a source's transform raising, say) is undone: retrying draws the same
             snapshot = self._draw_snapshot()
@@ -551,6 +594,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
                 for plan in plans:
                     plan()
             self._unit_size = None
+            self._counts_memo = None
             self._refresh_layout()
 
         return apply

@@ -195,6 +195,10 @@ class OfflineToOnlineReplayBuffer(MixingBuffer):
             self._cache = (schedule, step, value)
         return value
 
+    def _split_key(self) -> tuple[object, Any] | None:
+        schedule = self._schedule
+        return None if schedule.needs_sizes else (schedule, self._step)
+
     def _split(self, batch_units: int, live: list[int], sizes: list[int]) -> list[int]:
         if len(live) == 1:
             return [batch_units]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -156,6 +157,11 @@ class MixSource(abc.ABC):
         """Draw ``n`` rows with ``generator`` and gather their packed words into ``out``
         (``[n, W]``); return their indices. Only called when :meth:`packed_layout` is not ``None``."""
         raise NotImplementedError(f"{type(self).__name__} has no packed fast path")
+
+    def packed_drawer(self) -> Callable[[int, torch.Generator, torch.Tensor], torch.Tensor]:
+        """The callable the fast path draws with: :meth:`draw_into` itself, or what it forwards
+        to (looked up once per layout decision, not once per batch)."""
+        return self.draw_into
 
     @abc.abstractmethod
     def draw(self, n: int, generator: torch.Generator) -> Drawn:
@@ -305,6 +311,9 @@ class BufferSource(MixSource):
 
     def draw_into(self, n: int, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
         return self.buffer.draw_into(n, generator, out)
+
+    def packed_drawer(self) -> Callable[[int, torch.Generator, torch.Tensor], torch.Tensor]:
+        return self.buffer.draw_into
 
     def draw(self, n: int, generator: torch.Generator) -> Drawn:
         rows, index = self.buffer.draw_rows(n, generator)

@@ -1,0 +1,148 @@
+"""The hot path keeps a constant schedule's split between batches (issue 20 item 5): the kept
+counts are always those a fresh computation gives, whatever happened in between."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tensordict import TensorDict
+
+from mixreplay import OfflineDataset, OfflineToOnlineReplayBuffer
+
+
+def rows(n: int, seed: int = 0) -> TensorDict:
+    g = torch.Generator().manual_seed(seed)
+    return TensorDict(
+        {"observation": torch.randn(n, 3, generator=g), "reward": torch.randn(n, 1, generator=g)},
+        batch_size=[n],
+    )
+
+
+def fresh(rb: OfflineToOnlineReplayBuffer, batch_size: int) -> list[int]:
+    return rb._split_counts(batch_size, [s.available() for s in rb._sources])
+
+
+OPS = st.one_of(
+    st.tuples(st.just("sample"), st.sampled_from([1, 7, 64, 256])),
+    st.tuples(st.just("extend"), st.integers(1, 5)),
+    st.tuples(st.just("fraction"), st.sampled_from([0.0, 0.1, 0.5, 0.9, 1.0])),
+    st.tuples(st.just("anneal"), st.integers(0, 50)),
+    st.tuples(st.just("set_step"), st.integers(0, 50)),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(OPS, max_size=12))
+def test_kept_counts_equal_fresh_counts(ops):
+    rb = OfflineToOnlineReplayBuffer(
+        OfflineDataset.from_tensordict(rows(50)),
+        online_capacity=100,
+        offline_fraction=0.5,
+        generator=0,
+    )
+    for op, arg in ops:
+        if op == "sample":
+            batch, info = rb.sample(arg, return_info=True)
+            counts = torch.bincount(info["source"], minlength=2).tolist()
+            assert counts == fresh(rb, arg)
+            assert batch.batch_size == torch.Size([arg])
+        elif op == "extend":
+            rb.extend(rows(arg, seed=arg))
+        elif op == "fraction":
+            rb._offline_fraction = arg
+        elif op == "anneal":
+            rb.anneal(arg, 25)
+        else:
+            rb.set_step(arg)
+        for b in (1, 7, 64, 256):
+            assert rb._counts(b) == fresh(rb, b)
+
+
+def test_a_source_that_comes_alive_gets_its_share_at_once():
+    rb = OfflineToOnlineReplayBuffer(
+        OfflineDataset.from_tensordict(rows(50)),
+        online_capacity=100,
+        offline_fraction=0.25,
+        generator=0,
+    )
+    assert rb._counts(8) == [8, 0]  # online empty: all offline (and kept)
+    assert rb._counts(8) == [8, 0]
+    rb.extend(rows(3))
+    assert rb._counts(8) == [2, 6]
+    rb.set_step(5)  # a constant fraction: the same split at any step
+    assert rb._counts(8) == [2, 6]
+    rb._offline_fraction = 0.5
+    assert rb._counts(8) == [4, 4]
+
+
+def test_an_annealed_split_follows_the_step():
+    rb = OfflineToOnlineReplayBuffer(
+        OfflineDataset.from_tensordict(rows(50)),
+        online_capacity=100,
+        offline_fraction=0.5,
+        generator=0,
+    )
+    rb.extend(rows(20))
+    rb.anneal(0, 100)
+    assert rb._counts(100) == [50, 50]
+    rb.set_step(50)  # the same schedule object at another step
+    assert rb._counts(100) == [25, 75]
+    rb.set_step(100)
+    assert rb._counts(100) == [0, 100]
+
+
+def test_batches_drawn_through_kept_scratch_are_independent_and_right():
+    offline = rows(50)
+    rb = OfflineToOnlineReplayBuffer(
+        OfflineDataset.from_tensordict(offline),
+        online_capacity=100,
+        offline_fraction=0.5,
+        generator=0,
+    )
+    online = rows(30, seed=1)
+    rb.extend(online)
+    first, info = rb.sample(16, return_info=True)
+    kept = first.clone()
+    for b in (16, 16, 8, 16):  # the same split (scratch reused) and another one
+        later, later_info = rb.sample(b, return_info=True)
+        assert (first == kept).all()  # an earlier batch never changes
+        for name, source in (("offline", offline), ("online", online)):
+            mask = later_info["source"] == (0 if name == "offline" else 1)
+            expect = source[later_info["index"][mask]]
+            assert (later[mask].exclude("index") == expect).all()
+    del info
+
+
+def test_two_threads_sampling_at_once_get_their_own_rows():
+    import threading
+
+    rb = OfflineToOnlineReplayBuffer(
+        OfflineDataset.from_tensordict(rows(500)),
+        online_capacity=1000,
+        offline_fraction=0.5,
+        generator=0,
+    )
+    data = rows(500, seed=1)
+    rb.extend(data)
+    offline = rows(500)
+    bad: list[str] = []
+
+    def work():
+        for _ in range(200):
+            batch, info = rb.sample(64, return_info=True)
+            src = info["source"]
+            expect = torch.where(
+                (src == 0).unsqueeze(-1),
+                offline["observation"][info["index"].clamp(max=499)],
+                data["observation"][info["index"].clamp(max=499)],
+            )
+            if not torch.equal(batch["observation"], expect):
+                bad.append("mismatch")
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad

@@ -22,7 +22,7 @@ from mixreplay.demo.report import format_markdown, plot_panels, read_csv, summar
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("csv", nargs="+", type=Path, help="results.csv files of demo runs")
     p.add_argument("--out", type=Path, required=True, help="prefix of the .png and .csv written")
     p.add_argument("--steps", type=int, default=20_000, help="a complete run's last step")

@@ -54,7 +54,7 @@ def _function(node: str) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     parser.add_argument("torchrl", help="JUnit XML of the run on TorchRL")
     parser.add_argument("mixreplay", help="JUnit XML of the run on mixreplay")
     parser.add_argument("--functions", action="store_true", help="list every function")

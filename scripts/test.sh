@@ -35,11 +35,13 @@ phase "test suite (tensordict 0.14, torchrl 0.14.1; heavy included)" \
 
 # tensordict 0.15: TorchRL 0.14.1 pins tensordict<0.15, so the main run uses 0.14.x; the whole
 # TorchRL-free suite runs again with tensordict 0.15 shadowing it (tests marked `torchrl` are
-# the ones that import TorchRL, and are deselected here; heavy tests run here too).
+# the ones that import TorchRL, and are deselected here, as are the heavy ones: Ray faults,
+# subprocesses and benchmark smoke runs, which the first phase runs and which test no data path
+# that the tensordict version changes).
 td015() {
   "$py" -m pip install --quiet --no-deps --upgrade --target .deps/tensordict-0.15 \
     "tensordict>=0.15,<0.16" || return 1
-  PYTHONPATH=.deps/tensordict-0.15 "$py" -m pytest -q -m "not slow and not torchrl and not docs" \
+  PYTHONPATH=.deps/tensordict-0.15 "$py" -m pytest -q -m "not slow and not heavy and not torchrl and not docs" \
     -p no:cacheprovider "$@"
 }
 phase "test suite again on tensordict 0.15 (TorchRL-free tests)" td015 "$@"

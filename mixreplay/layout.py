@@ -393,63 +393,17 @@ def _build(tree: dict, leaves: list, batch_size: torch.Size, device) -> TensorDi
     return _new_td(source, batch_size, device)
 
 
-def _new_td_unsafe(source: dict, batch_size: torch.Size, device) -> TensorDict:
-    # Built without a device, then given it: ``_new_unsafe`` with a device asks torch, per
-    # new instance, whether MPS is available (a few µs per batch on the hot path).
+def _new_td(source: dict, batch_size: torch.Size, device) -> TensorDict:
+    # tensordict's constructor for already-checked leaves, built without a device and then
+    # given it: ``_new_unsafe`` with a device asks torch, per new instance, whether MPS is
+    # available (a few µs per batch on the hot path).
     td = TensorDict._new_unsafe(source=source, batch_size=batch_size, device=None)
     if device is not None:
         td._device = device if isinstance(device, torch.device) else torch.device(device)
     return td
 
 
-_TD_FIELDS = {"_batch_size": None, "_device": None, "_td_dim_names": None, "_tensordict": None}
-
-
-def _new_td_direct(source: dict, batch_size: torch.Size, device) -> TensorDict:
-    # What ``_new_unsafe`` makes of already-built leaves (checked against it at import, see
-    # below), without its per-call branches: about 3.5 µs less per TensorDict, two per batch.
-    td = _TD_NEW(TensorDict)
-    td._tensordict = dict(source)
-    td._batch_size = batch_size
-    td._device = (
-        device if device is None or isinstance(device, torch.device) else torch.device(device)
-    )
-    td._td_dim_names = None
-    return td
-
-
-def _direct_matches() -> bool:
-    """Whether this tensordict's ``_new_unsafe`` builds what :func:`_new_td_direct` builds."""
-    try:
-        leaves = {"a": torch.zeros(2, 1), "b": torch.zeros(2, dtype=torch.bool)}
-        size = torch.Size([2])
-        ref = _new_td_unsafe({**leaves, "n": _new_td_unsafe(leaves, size, None)}, size, "cpu")
-        mine = _new_td_direct({**leaves, "n": _new_td_direct(leaves, size, None)}, size, "cpu")
-        return (
-            vars(ref).keys() == _TD_FIELDS.keys()
-            and type(ref._tensordict) is dict
-            and all(
-                vars(ref)[k] == vars(mine)[k] for k in ("_batch_size", "_device", "_td_dim_names")
-            )
-            and ref._tensordict.keys() == mine._tensordict.keys()
-            and type(ref._tensordict["n"]) is type(mine._tensordict["n"])
-            and vars(ref._tensordict["n"]).keys() == vars(mine._tensordict["n"]).keys()
-        )
-    except Exception:  # noqa: BLE001 - any surprise means: use tensordict's own constructor
-        return False
-
-
-_TD_NEW = TensorDict.__new__
-_new_td = _new_td_direct if _direct_matches() else _new_td_unsafe
-
-
 def new_tensordict(leaves: dict[str, torch.Tensor], batch_size: torch.Size) -> TensorDict:
     """A flat TensorDict of ``leaves`` built without re-checking them (the caller made each
     one ``[*batch_size, ...]``, on one device): a few µs less than ``TensorDict(...)``."""
     return _new_td(leaves, batch_size, None)
-
-
-if not hasattr(TensorDict, "_new_unsafe"):  # pragma: no cover - very old tensordict
-
-    def _new_td(source: dict, batch_size: torch.Size, device) -> TensorDict:  # noqa: F811
-        return TensorDict(source, batch_size=batch_size, device=device)

@@ -54,6 +54,7 @@ __all__ = [
     "UsageError",
     "build_parser",
     "main",
+    "nonnegative_int",
     "positive_int",
 ]
 
@@ -227,12 +228,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def positive_int(text: str) -> int:
-    """An argparse ``type=`` for counts: a clear one-line error for ``0``, ``-1`` or ``x``."""
+def _int_at_least(text: str, low: int, expected: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type=`` for counts: a clear one-line error for ``0``, ``-1`` or ``x``."""
+    return _int_at_least(text, 1, "a positive integer")
+
+
+def nonnegative_int(text: str) -> int:
+    """An argparse ``type=`` for a first index (``--first-seed``): an integer ``>= 0``."""
+    return _int_at_least(text, 0, "an integer >= 0")

@@ -31,7 +31,7 @@ def _days(text: str) -> float:
 
 
 def add_cache_parser(subparsers: Any) -> None:
-    """Add ``cache`` (``list`` and ``clean``) to the ``mixreplay`` command's subparsers."""
+    """Add ``cache`` (``list``, ``clean``, ``verify``) to the ``mixreplay`` command's subparsers."""
     cache = subparsers.add_parser(
         "cache",
         help="list, clean or verify the dataset cache ($MIXREPLAY_DATA_DIR)",

@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from mixreplay.cli import positive_int
+from mixreplay.cli import nonnegative_int, positive_int
 from mixreplay.demo.config import (
     ARMS,
     DEFAULT_DATASET_ID,
@@ -96,7 +96,7 @@ def _configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--first-seed",
-        type=_first_seed,
+        type=nonnegative_int,
         default=0,
         help="seeds FIRST..FIRST+N-1 instead of 0..N-1: a long benchmark in parts (a run is "
         "deterministic per seed, so the parts' results.csv join into the whole run's)",
@@ -240,17 +240,6 @@ def check_options(args: argparse.Namespace) -> tuple[Task, list[str]]:
             "pass --dataset <prefix>:<id> (e.g. minari:<namespace>/<name>-v0)"
         )
     return task, arms
-
-
-def _first_seed(text: str) -> int:
-    """An argparse ``type=`` for ``--first-seed``: an integer ``>= 0``."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
 
 
 def build_specs(

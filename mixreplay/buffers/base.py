@@ -9,6 +9,8 @@ directory are the same for all of them, and live here once.
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import operator
 import os
 from contextlib import AbstractContextManager
@@ -18,13 +20,21 @@ import torch
 from tensordict import TensorDictBase
 
 from mixreplay import checkpoint
-from mixreplay._state import Plan
+from mixreplay._state import Plan, generator_state, plan_generator
 from mixreplay._validate import check_int, describe
 from mixreplay.errors import CheckpointError
 from mixreplay.prefetch import Prefetcher, check_pin_memory, check_prefetch, pin
 from mixreplay.transforms import Compose, Transform
 
-__all__ = ["BufferBase", "check_batch_size", "make_generator"]
+__all__ = [
+    "BufferBase",
+    "check_batch_device",
+    "check_batch_size",
+    "device_seed",
+    "make_generator",
+]
+
+log = logging.getLogger(__name__)
 
 #: what one draw of a buffer returns (a batch and what its info is built from)
 R = TypeVar("R")
@@ -54,6 +64,62 @@ def make_generator(generator: torch.Generator | int | None) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def device_seed(generator: torch.Generator, device: torch.device) -> int:
+    """The seed of the buffer's generator on ``device``, derived from ``generator``'s state now.
+
+    A function of the state only (a BLAKE2b hash of it and the device's name), so a buffer
+    and one restored from a checkpoint written before its first draw on ``device`` seed the
+    same generator there.
+    """
+    h = hashlib.blake2b(digest_size=8, person=b"mixreplay.dev")
+    h.update(generator.get_state().numpy().tobytes())
+    h.update(str(device).encode())
+    return int.from_bytes(h.digest(), "little") >> 1  # 63 bits: every backend's seed range
+
+
+def _canonical(device: torch.device) -> torch.device:
+    """``device`` with its index (``cuda`` is the current CUDA device, as torch resolves it)."""
+    if device.index is None and device.type == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _usable(device: torch.device) -> bool:
+    """Whether this process can put tensors on ``device``."""
+    if device.type == "cpu":
+        return True
+    module = getattr(torch, device.type, None)
+    available = getattr(module, "is_available", None)
+    if available is None or not available():
+        return False
+    count = getattr(module, "device_count", None)
+    return device.index is None or count is None or device.index < count()
+
+
+def check_batch_device(batch_device: Any) -> torch.device | None:
+    """Where sampled batches land: ``None`` (where the rows are) or a device this process has."""
+    if batch_device is None:
+        return None
+    if not isinstance(batch_device, (str, torch.device)):
+        raise TypeError(
+            f"batch_device must be a device (e.g. 'cuda' or torch.device('cuda:0')) or None, "
+            f"got {describe(batch_device)}"
+        )
+    try:
+        device = torch.device(batch_device)
+    except RuntimeError:
+        raise ValueError(
+            f"batch_device={batch_device!r} is not a device name; e.g. batch_device='cuda' or "
+            "'cuda:1' (or None: batches stay where the rows are)"
+        ) from None
+    if not _usable(device):
+        raise ValueError(
+            f"batch_device={batch_device!r}: no such {device.type} device is available here; "
+            "drop batch_device (batches stay where the rows are) or pass a device this machine has"
+        )
+    return _canonical(device)
+
+
 def check_batch_size(batch_size: Any, *, name: str = "batch_size") -> int:
     """A batch size: a positive int (NumPy and 0-dim tensor integers accepted)."""
     return check_int(batch_size, name, min=1, what="a positive int")
@@ -75,6 +141,9 @@ class BufferBase(Generic[R]):
     _prefetch: int
     _pin_memory: bool
     _prefetcher: Prefetcher[R] | None
+    _batch_device: torch.device | None
+    #: the generator each device draws with, the buffer's own included (see _generator_for)
+    _device_generators: dict[torch.device, torch.Generator]
 
     def _init_buffer(
         self,
@@ -83,11 +152,14 @@ class BufferBase(Generic[R]):
         transform: Transform | None,
         prefetch: int | None,
         pin_memory: bool,
+        batch_device: Any = None,
     ) -> None:
         """Check and set the fields every buffer has."""
         self._batch_size = None if batch_size is None else check_batch_size(batch_size)
         self._prefetch = check_prefetch(prefetch, self._batch_size)
         self._pin_memory = check_pin_memory(pin_memory)
+        self._batch_device = check_batch_device(batch_device)
+        self._device_generators = {}
         self._prefetcher = None  # started by the first sample()
         self._prefetch_stamp: int | None = None  # the transforms the queued batches went through
         self._generator = make_generator(generator)
@@ -163,12 +235,125 @@ class BufferBase(Generic[R]):
             self._discard_prefetched()
 
     def _finish(self, batch: TensorDictBase) -> TensorDictBase:
-        """The tail of every batch: this buffer's transforms, then pinning."""
+        """The tail of every batch: on ``batch_device``, this buffer's transforms, then pinning."""
+        dest = self._batch_device
+        if dest is not None and batch.device != dest:
+            # the fast paths gather straight onto dest; this is the fallback (foreign storages,
+            # source transforms): one copy per leaf, asynchronous only towards an accelerator
+            batch = batch.to(dest, non_blocking=dest.type != "cpu")
         if self._transform:
             batch = self._transform(batch)
         if self._pin_memory:
             batch = pin(batch)
         return batch
+
+    # -- generators: the buffer's own, and one per device its storages live on -------------
+
+    def _generator_for(self, device: torch.device | None) -> torch.Generator:
+        """The generator that draws indices for rows on ``device``.
+
+        The buffer's own generator for host rows (and for rows on its device, when it was
+        given one on a device); for rows on an accelerator a generator on that device, so
+        indices are drawn where the rows are (no host-to-device copy, no sync). That one is
+        seeded from the buffer's generator the first time it is needed
+        (:func:`device_seed`) and saved with the buffer's state.
+        """
+        if device is None or device.type == "cpu":
+            return self._generator
+        g = self._device_generators.get(device)
+        if g is None:
+            g = self._new_device_generator(device)
+        return g
+
+    def _new_device_generator(self, device: torch.device) -> torch.Generator:
+        where = _canonical(device)
+        main = self._generator
+        if main.device == where:
+            g = main
+        else:
+            g = next(
+                (d for d in self._device_generators.values() if d.device == where), None
+            ) or torch.Generator(device=where).manual_seed(device_seed(main, where))
+        self._device_generators[device] = g
+        return g
+
+    def _owned_device_generators(self) -> dict[str, torch.Generator]:
+        """The device generators this buffer made (not its own generator), by device name."""
+        main = self._generator
+        return {str(g.device): g for g in self._device_generators.values() if g is not main}
+
+    def _generators_snapshot(self) -> Any:
+        """Every generator's state (what a draw changes), for :meth:`_restore_generators`."""
+        return self._generator.get_state(), {
+            d: (g, g.get_state()) for d, g in self._device_generators.items()
+        }
+
+    def _restore_generators(self, snapshot: Any) -> None:
+        main, devices = snapshot
+        self._generator.set_state(main)
+        self._device_generators = {d: g for d, (g, _) in devices.items()}
+        for g, state in {id(g): (g, s) for g, s in devices.values()}.values():
+            if g is not self._generator:
+                g.set_state(state)
+
+    def _generators_state(self) -> dict[str, Any]:
+        """The generator entries of :meth:`state_dict`: ``"generator"``, and
+        ``"device_generators"`` once a generator on a device has drawn (absent otherwise,
+        so a host-only buffer saves exactly what it always did)."""
+        out: dict[str, Any] = {"generator": generator_state(self._generator)}
+        owned = self._owned_device_generators()
+        if owned:
+            out["device_generators"] = {name: generator_state(g) for name, g in owned.items()}
+        return out
+
+    def _plan_generators(self, state: dict[str, Any]) -> Plan:
+        """Check the saved generators; return what restores them (nothing changes yet).
+
+        A state without ``"device_generators"`` (host-only, or written by an earlier
+        version) restores the buffer's generator; a generator on a device is then seeded
+        from it at its first draw, as in the buffer that wrote the state. A saved device
+        generator for a device this process lacks is skipped (logged): no storage of this
+        buffer can be there.
+        """
+        main = plan_generator(self._generator, state.get("generator"), "generator")
+        saved = state.get("device_generators", {})
+        if not isinstance(saved, dict):
+            raise CheckpointError(
+                f"device_generators must be a dict of device name to generator state, got "
+                f"{describe(saved)}; the checkpoint is corrupt"
+            )
+        kept: dict[torch.device, torch.Tensor] = {}
+        for name, entry in saved.items():
+            try:
+                device = torch.device(name)
+            except (RuntimeError, TypeError):
+                raise CheckpointError(
+                    f"device_generators: {name!r} is not a device name; the checkpoint is corrupt"
+                ) from None
+            if device.type == "cpu":
+                raise CheckpointError(
+                    "device_generators: 'cpu' is the buffer's own generator, saved as "
+                    "'generator'; the checkpoint is corrupt"
+                )
+            if not _usable(device):
+                log.info(
+                    "the saved generator on %s is not restored: this process has no %s", name, name
+                )
+                continue
+            probe = torch.Generator(device=device)
+            plan_generator(probe, entry, f"device_generators[{name!r}]")()
+            kept[device] = probe.get_state()
+
+        def apply() -> None:
+            main()
+            gens: dict[torch.device, torch.Generator] = {}
+            for device, st in kept.items():
+                g = torch.Generator(device=device)
+                g.set_state(st)
+                gens[device] = g
+            self._device_generators = gens
+
+        return apply
 
     # -- prefetching (mixreplay.prefetch) --------------------------------------------------
 
@@ -229,6 +414,8 @@ class BufferBase(Generic[R]):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("_device_generators", {})  # pickled by a version without them
+        state.setdefault("_batch_device", None)
         self.__dict__.update(state)
 
     # -- properties and transforms ---------------------------------------------------------
@@ -249,6 +436,11 @@ class BufferBase(Generic[R]):
     @property
     def pin_memory(self) -> bool:
         return self._pin_memory
+
+    @property
+    def batch_device(self) -> torch.device | None:
+        """Where sampled batches land (``None``: on the device of the rows drawn)."""
+        return self._batch_device
 
     @property
     def transform(self) -> Compose:

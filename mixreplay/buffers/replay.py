@@ -11,7 +11,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from mixreplay import data_types
-from mixreplay._state import Plan, generator_state, plan_generator, plan_sampler, sampler_state
+from mixreplay._state import Plan, plan_sampler, sampler_state
 from mixreplay._torchrl_args import UNSUPPORTED_METHODS, check_unsupported, unsupported_method
 from mixreplay._validate import check_bool, check_callable, describe
 from mixreplay.buffers.base import BufferBase, check_batch_size, make_generator
@@ -90,7 +90,13 @@ class ReplayBuffer(BufferBase[Sampled]):
         prefetch: batches a background thread keeps ready (needs ``batch_size``);
             see :mod:`mixreplay.prefetch` for what it guarantees.
         pin_memory: return batches in page-locked memory (needs CUDA), for fast
-            ``batch.to("cuda", non_blocking=True)``.
+            ``batch.to("cuda", non_blocking=True)``; TorchRL's meaning (each leaf is
+            pinned on its own). A GPU learner is better served by ``batch_device``.
+        batch_device: where sampled batches land (``None``, the default: on the
+            storage's device). With host rows and ``batch_device="cuda"``, the rows
+            drawn are gathered into one page-locked packed buffer, moved with one
+            ``non_blocking`` copy and split into leaves on the GPU; the transforms run
+            there. Refused (``ValueError``) when this machine has no such device.
         collate_fn: applied to every batch as stored (and to ``rb[index]`` but for an int
             index), before the transforms, as TorchRL does with a tensor storage.
         **torchrl_kwargs: TorchRL's other arguments (``writer``, ``dim_extend``,
@@ -139,6 +145,7 @@ class ReplayBuffer(BufferBase[Sampled]):
         prefetch: int | None = None,
         pin_memory: bool = False,
         collate_fn: Callable[[Any], Any] | None = None,
+        batch_device: torch.device | str | None = None,
         **torchrl_kwargs: Any,
     ):
         check_unsupported(type(self).__name__, torchrl_kwargs)
@@ -175,17 +182,17 @@ class ReplayBuffer(BufferBase[Sampled]):
             )
         sampler.attach(storage)  # sizes what it keeps by the storage, checks it fits
         self._sampler: Sampler = sampler
-        self._init_buffer(batch_size, generator, transform, prefetch, pin_memory)
+        self._init_buffer(batch_size, generator, transform, prefetch, pin_memory, batch_device)
         for t in self._transform:
             _eval(t)
 
     # -- prefetching (mixreplay.prefetch) --------------------------------------------------
 
     def _draw_snapshot(self):
-        return self._generator.get_state(), self._sampler.draw_state()
+        return self._generators_snapshot(), self._sampler.draw_state()
 
     def _restore_draws(self, state) -> None:
-        self._generator.set_state(state[0])
+        self._restore_generators(state[0])
         self._sampler.restore_draw_state(state[1])
 
     def _ran_out(self) -> bool:
@@ -395,8 +402,12 @@ class ReplayBuffer(BufferBase[Sampled]):
         with storage.lock:
             if len(storage) == 0:
                 raise EmptyBufferError(EMPTY_MESSAGE)
-            index = self._sampler.sample(storage, n, self._generator)
-            batch = storage.gather_unlocked(index)
+            index = self._sampler.sample(storage, n, self._generator_for(storage.device))
+            dest = self._batch_device
+            if dest is None or dest == storage.device:
+                batch = storage.gather_unlocked(index)
+            else:  # packed rows: one staging buffer and one copy to dest
+                batch = storage.gather_to(index, dest)
             weight = self._sampler.weight(index, storage) if info else None
             extra = self._sampler.info(index, storage) if info else None
             codec = storage.codec
@@ -525,7 +536,7 @@ class ReplayBuffer(BufferBase[Sampled]):
                 "kind": type(self).__name__,
                 "storage": storage.reference() if by_reference else storage.state_dict(copy=copy),
                 "sampler": sampler_state(self._sampler),
-                "generator": generator_state(self._generator),
+                **self._generators_state(),
             }
 
     def plan_load_state_dict(self, state: Any, *, allow_offline_mismatch: bool = False) -> Plan:
@@ -568,7 +579,7 @@ class ReplayBuffer(BufferBase[Sampled]):
                 raise CheckpointError(f"storage: {err}") from None
         if restore_sampler:
             plans.append(plan_sampler(self._sampler, state.get("sampler"), "sampler"))
-        plans.append(plan_generator(self._generator, state.get("generator"), "generator"))
+        plans.append(self._plan_generators(state))
 
         def apply() -> None:
             with self._storage.lock:

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from mixreplay._state import Plan, generator_state, plan_generator
+from mixreplay._state import Plan
 from mixreplay.buffers.base import BufferBase
 from mixreplay.errors import CheckpointError, EmptyBufferError, PriorityError, SchemaMismatchError
 from mixreplay.layout import RowLayout, new_tensordict
@@ -81,8 +81,9 @@ class MixingBuffer(BufferBase[MixedDraw]):
         source_key: NestedKey | None,
         prefetch: int | None = None,
         pin_memory: bool = False,
+        batch_device: Any = None,
     ) -> None:
-        self._init_buffer(batch_size, generator, transform, prefetch, pin_memory)
+        self._init_buffer(batch_size, generator, transform, prefetch, pin_memory, batch_device)
         try:
             self._source_key = None if source_key is None else normalize_key(source_key)
         except TypeError as err:
@@ -187,7 +188,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
         self._layout = first if self._fused else None
         self._drawers = [s.packed_drawer() for s in self._sources] if self._fused else []
         devices = [d for s in self._sources if (d := s.device) is not None]
-        self._device = devices[-1] if devices else torch.device("cpu")
+        self._device = self._batch_device or (devices[-1] if devices else torch.device("cpu"))
 
     # -- sampling --------------------------------------------------------------------------
 
@@ -261,10 +262,10 @@ class MixingBuffer(BufferBase[MixedDraw]):
 
     def _draw_snapshot(self) -> Any:
         samplers = tuple(s.draw_state() for s in self._sources)
-        return self._generator.get_state(), samplers, self._split_state()
+        return self._generators_snapshot(), samplers, self._split_state()
 
     def _restore_draws(self, state: Any) -> None:
-        self._generator.set_state(state[0])
+        self._restore_generators(state[0])
         for src, saved in zip(self._sources, state[1]):
             src.restore_draw_state(saved)
         self._restore_split_state(state[2])
@@ -310,7 +311,6 @@ class MixingBuffer(BufferBase[MixedDraw]):
         """One batch, with what its info is built from when ``info``."""
         stamp = self._transforms_stamp()
         counts = self._counts(B)
-        gen = self._generator
         if not self._fused or stamp != self._fused_stamp:
             self._refresh_layout()
         indices: list[torch.Tensor | None] = [None] * len(counts)
@@ -334,6 +334,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
             out, parts = kept[2], kept[3]
             for i, part in enumerate(parts):
                 if part is not None:
+                    gen = self._generator_for(self._sources[i].device)  # drawn where the rows are
                     indices[i] = self._drawers[i](counts[i], gen, part)
             batch: TensorDictBase = layout.copy_out(out, self._device)
             if out.device.type == "cpu":  # elsewhere a copy may still be reading it
@@ -381,7 +382,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
         for i, k in enumerate(counts):
             if not k:
                 continue
-            drawn = self._sources[i].draw(k, self._generator)
+            drawn = self._sources[i].draw(k, self._generator_for(self._sources[i].device))
             rows = drawn.rows
             if rows.batch_size != (k,):  # the batch would hold rows of uninitialised memory
                 raise ValueError(
@@ -551,7 +552,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
         with self.state_lock():
             return {
                 "kind": type(self).__name__,
-                "generator": generator_state(self._generator),
+                **self._generators_state(),
                 "sources": {
                     name: src.state_dict(copy=copy, by_reference=self._by_reference(i))
                     for i, (name, src) in enumerate(zip(self._names, self._sources))
@@ -586,7 +587,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
                 raise CheckpointError(
                     f"source {src_name!r}: the saved rows do not mix with this buffer's other sources: {err}"
                 ) from None
-        plans.append(plan_generator(self._generator, state.get("generator"), "generator"))
+        plans.append(self._plan_generators(state))
         plans.append(self._plan_mixing_state(state))
 
         def apply() -> None:

@@ -65,6 +65,10 @@ class MixtureReplayBuffer(MixingBuffer):
         prefetch: batches a background thread keeps ready (needs ``batch_size``; see
             :mod:`mixreplay.prefetch`); :meth:`set_step` redraws them if the split changes.
         pin_memory: return batches in page-locked memory (needs CUDA).
+        batch_device: where batches land (``None``: on the device of the last source's
+            rows). With ``batch_device="cuda"``, each host source's rows are gathered into
+            a page-locked packed buffer and moved with one ``non_blocking`` copy (see
+            :class:`~mixreplay.ReplayBuffer`); refused when this machine has no such device.
 
     A source given as a storage (``LazyTensorStorage(...)``) becomes a
     :class:`~mixreplay.ReplayBuffer` with ``samplers.get(name)``.
@@ -99,6 +103,7 @@ class MixtureReplayBuffer(MixingBuffer):
         source_key: NestedKey | None = None,
         prefetch: int | None = None,
         pin_memory: bool = False,
+        batch_device: torch.device | str | None = None,
     ):
         if not isinstance(sources, Mapping) or not sources:
             raise TypeError(
@@ -130,7 +135,9 @@ class MixtureReplayBuffer(MixingBuffer):
             raise ValueError(
                 f"samplers name unknown sources {sorted(unknown)}; sources are {sorted(sources)}"
             )
-        self._init_common(batch_size, generator, transform, source_key, prefetch, pin_memory)
+        self._init_common(
+            batch_size, generator, transform, source_key, prefetch, pin_memory, batch_device
+        )
         built = []
         for name, obj in sources.items():
             if isinstance(obj, Storage) or looks_like_storage(obj):

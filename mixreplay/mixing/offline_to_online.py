@@ -88,6 +88,10 @@ class OfflineToOnlineReplayBuffer(MixingBuffer):
             :mod:`mixreplay.prefetch`). A change of :meth:`anneal` or :meth:`set_step`
             that changes the split redraws them, so every batch has the current split.
         pin_memory: return batches in page-locked memory (needs CUDA).
+        batch_device: where batches land (``None``: on the device of the last source's
+            rows). With ``batch_device="cuda"``, each host source's rows are gathered into
+            a page-locked packed buffer and moved with one ``non_blocking`` copy (see
+            :class:`~mixreplay.ReplayBuffer`); refused when this machine has no such device.
         **dataset_kwargs: forwarded to the dataset loader with a dataset ID.
 
     Examples:
@@ -117,6 +121,7 @@ class OfflineToOnlineReplayBuffer(MixingBuffer):
         source_key: NestedKey | None = None,
         prefetch: int | None = None,
         pin_memory: bool = False,
+        batch_device: torch.device | str | None = None,
         **dataset_kwargs: Any,
     ):
         if online_storage is not None and online_capacity is not None:
@@ -160,7 +165,9 @@ class OfflineToOnlineReplayBuffer(MixingBuffer):
                 f"{sorted(dataset_kwargs)} with a {type(offline_dataset).__name__}: pass them "
                 "directly to your dataset constructor instead"
             )
-        self._init_common(batch_size, generator, transform, source_key, prefetch, pin_memory)
+        self._init_common(
+            batch_size, generator, transform, source_key, prefetch, pin_memory, batch_device
+        )
         offline = as_mix_source(offline_dataset, "offline")
         if len(offline) == 0:
             raise ValueError(

@@ -99,6 +99,10 @@ class SamplerWithoutReplacement(Sampler):
             # first draw, rows added or removed, or rows restored or emptied behind our back
             self._new_epoch(storage, generator)
         assert self._order is not None
+        if self._order.device != generator.device:
+            # restored from a checkpoint (saved on the host): the epoch's order moves, once, to
+            # where this buffer draws, so its indices never cross devices per batch
+            self._order = self._order.to(generator.device)
         index = self._order[self._pos : self._pos + n]
         self._pos += index.numel()
         left = self._len - self._pos

@@ -298,6 +298,13 @@ class Storage(Locked, abc.ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} does not pack its rows")
 
+    def gather_to(self, index: torch.Tensor, device: torch.device) -> TensorDictBase:
+        """Rows ``index`` as a new ``[len(index)]`` TensorDict on ``device`` (caller holds
+        :attr:`lock`). Here gathered, then moved leaf by leaf; a packed storage moves them as
+        one packed buffer (:meth:`PackedStorage.gather_to`)."""
+        batch = self.gather_unlocked(index)
+        return batch.to(device, non_blocking=device.type != "cpu")
+
     def gather(self, index: torch.Tensor) -> TensorDictBase:
         """Rows ``index`` (an int64 tensor of valid slots) as a new ``[len(index)]`` TensorDict."""
         with self.lock:
@@ -549,6 +556,27 @@ class PackedStorage(Storage):
         if index.device != rows.device:
             index = to_device(index, rows.device)
         return layout.gather(rows, index, self.device)
+
+    def gather_to(self, index: torch.Tensor, device: torch.device) -> TensorDict:
+        """Rows ``index`` as a TensorDict on ``device``, moved as one packed buffer.
+
+        The rows are gathered into one :func:`staging` buffer (page-locked from host
+        memory to an accelerator), moved with one copy (:func:`move`, ``non_blocking``
+        when pinned) and split into leaves on ``device``, each owning its memory: one
+        host-to-device copy per batch, whatever the number of keys.
+        """
+        layout, rows = self._layout, self._rows
+        if layout is None or rows is None:
+            raise EmptyBufferError("cannot read rows from a storage that holds none")
+        if rows.device == device:
+            return self.gather_unlocked(index)
+        if index.device != rows.device:
+            index = to_device(index, rows.device)
+        staged = staging(torch.Size([index.numel(), layout.row_words]), rows.device, device)
+        torch.index_select(rows, 0, index, out=staged)
+        out = torch.empty(staged.shape, dtype=torch.int64, device=device)
+        move(staged, out)
+        return layout.copy_out(out, device)
 
     def column(self, key: NestedKey) -> torch.Tensor:
         """A typed view ``[len, *shape]`` of one key over the filled rows (slot order).

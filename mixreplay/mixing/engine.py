@@ -96,7 +96,8 @@ class MixingBuffer(BufferBase[MixedDraw]):
         self._fused_stamp = -1  # the sources' transforms when _fused was decided
         self._unit_size: int | None = None  # rows per sampling unit, once known
         self._distinct: tuple[int, ...] = ()
-        self._labels: dict[tuple[int, ...], torch.Tensor] = {}  # source labels per split
+        # source labels per split and device
+        self._labels: dict[tuple[int | torch.device, ...], torch.Tensor] = {}
         # the last split when _split_key allows: (batch size, schedule, step, live, counts)
         self._counts_memo: tuple[int, object, Any, tuple[bool, ...], tuple[int, ...]] | None = None
         self._layouts: dict[Schema, RowLayout] = {}  # output layouts of the generic path
@@ -350,7 +351,8 @@ class MixingBuffer(BufferBase[MixedDraw]):
         self._commit_split(counts)
         source = None
         if self._source_key is not None or info:
-            source = self._source_labels(counts).to(batch.device or "cpu", copy=True)
+            device = batch.device or torch.device("cpu")
+            source = self._source_labels(counts, device).to(device, copy=True)
             if self._source_key is not None:
                 batch.set(self._source_key, source)
         batch = self._finish(batch)
@@ -362,16 +364,16 @@ class MixingBuffer(BufferBase[MixedDraw]):
         ]
         return MixedDraw(batch, counts, indices, source, weights)
 
-    def _source_labels(self, counts: list[int]) -> torch.Tensor:
-        """Each row's source index for a batch split as ``counts`` (kept per split; copy it)."""
-        key = tuple(counts)
+    def _source_labels(self, counts: list[int], device: torch.device) -> torch.Tensor:
+        """Each row's source index for a batch split as ``counts``, on ``device`` (kept per
+        split and device, so a batch on a GPU copies them there once, not per batch; copy it)."""
+        key: tuple[int | torch.device, ...] = (*counts, device)
         labels = self._labels.get(key)
         if labels is None:
             if len(self._labels) > 64:  # an annealed split changes often: keep the recent ones
                 self._labels.clear()
-            labels = self._labels[key] = torch.repeat_interleave(
-                torch.arange(len(counts)), torch.tensor(counts)
-            )
+            labels = torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(counts))
+            labels = self._labels[key] = labels.to(device)
         return labels
 
     def _sample_generic(

@@ -353,6 +353,7 @@ def test_host_rows_bound_for_the_gpu_are_one_copy_per_batch():
         lambda: replay(batch_device="cuda"),
         lambda: replay(device="cuda"),
         lambda: offline_to_online(batch_device="cuda"),
+        lambda: offline_to_online(batch_device="cuda", source_key="source"),
     ],
 )
 def test_steady_state_sampling_never_waits_for_the_gpu(build):

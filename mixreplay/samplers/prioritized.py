@@ -450,11 +450,11 @@ class PrioritizedSampler(Sampler):
     def _assign_new(self, tree: SumTree, slots: torch.Tensor) -> None:
         """Give freshly written slots the priority of new rows."""
         if not self._within:
-            tree.assign(slots, _scalar(self._max_priority, tree))
+            tree.assign(slots, _scalar(self._max_priority, tree), positive=True)
             return
         tree.assign(slots, _scalar(0.0, tree))  # the rows they overwrote leave the buffer
         top = tree.max_tensor()
-        tree.assign(slots, torch.where(top > 0, top, torch.ones_like(top)))
+        tree.assign(slots, torch.where(top > 0, top, torch.ones_like(top)), positive=True)
 
     # -- sampling --------------------------------------------------------------------------
 
@@ -466,13 +466,16 @@ class PrioritizedSampler(Sampler):
             raise EmptyBufferError("cannot sample: the source holds no rows; extend it first")
         gdev = generator.device
         u = torch.rand(n, generator=generator, dtype=torch.float64, device=gdev)
+        strata = 1
         if self._stratified:
-            # a float64 permutation: the same draws as an int64 one, and no cast in the add
+            # a float64 permutation: the same draws as an int64 one, and no cast in the add;
+            # the tree divides by n in the factor it scales the sums with
             perm = torch.randperm(n, generator=generator, device=gdev, dtype=torch.float64)
-            u.add_(perm).div_(n)
+            u.add_(perm)
+            strata = n
         if u.device != tree.device:
             u = u.to(tree.device)
-        return tree.sample(u)
+        return tree.sample(u, strata)
 
     def weight(self, index: torch.Tensor, storage: Storage) -> torch.Tensor:
         """Importance weights ``(min_j p_j / p_i) ** beta``, ``j`` over every row held (float32, in ``(0, 1]``)."""
@@ -615,7 +618,7 @@ class PrioritizedSampler(Sampler):
             return
         tree = self._tree
         assert tree is not None  # check_priority found rows, so the tree exists
-        tree.assign(index, p)
+        tree.assign(index, p, positive=True)  # check_priority refused p <= 0
         # new rows get max(1.0, the largest assigned), as TorchRL's buffers do (their writes
         # assign the default 1.0 before any update)
         current = self._max_raw if self._max_raw is not None else 1.0 - self._eps

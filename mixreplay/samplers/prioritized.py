@@ -19,6 +19,7 @@ __all__ = ["PrioritizedSampler"]
 
 _UNSET: Any = object()
 _DBL_MAX = torch.finfo(torch.float64).max
+_TINY = 5e-324  # the smallest positive float64: a clamp to [_TINY, largest] moves 0 and NaN
 
 #: TorchRL 0.14 PrioritizedSampler arguments mixreplay has no use for
 _TORCHRL: Table = {
@@ -198,6 +199,78 @@ class PrioritizedSampler(Sampler):
         self._max_priority = 1.0  # what new rows get: (_max_raw + eps) ** alpha, 1.0 at first
         self._pending: tuple[torch.Tensor, int] | None = None  # loaded before a storage was seen
         self._lock: Any = None  # the storage's lock, taken when alpha changes the tree
+        self._device_state_reset()
+
+    # -- updates checked on the device (no host synchronisation) ---------------------------
+
+    #: check updates the device way on a CPU tree too (for tests: the same results)
+    _defer_checks = False
+    #: class defaults: samplers pickled before device checks existed load
+    _max_raw_t: torch.Tensor | None = None
+    _raw_floor = 0.0
+    _refused: torch.Tensor | None = None
+    _p_new: tuple[Any, torch.Tensor] | None = None
+
+    def _device_state_reset(self) -> None:
+        self._max_raw_t = None  # the largest |priority| assigned, on the device (None: on host)
+        self._raw_floor = 0.0  # what _max_raw_t had to exceed to count (the host's at start)
+        self._refused = None  # updates refused on the device since the last check_refused()
+        self._p_new = None  # (key, the p of new rows as a 0-d tensor on the tree's device)
+
+    def _settle(self) -> None:
+        """Read back what device updates left on the device (the running max): one host sync,
+        outside the steady state (properties, state, alpha changes, restores)."""
+        t = self._max_raw_t
+        if t is not None:
+            value = float(t)
+            if value > self._raw_floor:
+                self._max_raw = value
+                self._max_priority = self._from_raw(value)
+            self._max_raw_t = None
+            self._p_new = None
+
+    def check_refused(self) -> None:
+        """Raise the error of priority updates refused on the device since the last call.
+
+        On a CPU tree an invalid update raises at once. On another device (CUDA) the
+        checks run on the device, so that ``update_priority`` never waits for it: an
+        invalid update (a NaN or infinite priority, one that would overflow the tree
+        or underflow to 0, a slot that holds no row) is refused whole, the priorities
+        stay as they were, and the error is raised here, by :meth:`state_dict`, or
+        at the latest by the next checkpoint.
+
+        Raises:
+            PriorityError: how many updates were refused since the last call.
+        """
+        refused = self._refused
+        if refused is None:
+            return
+        count = int(refused)
+        self._refused = None
+        if count:
+            raise PriorityError(
+                f"{count} priority update(s) were refused on {refused.device} and left the "
+                "priorities unchanged: a priority was NaN or infinite, its (|priority| + eps) "
+                "** alpha overflowed the tree or underflowed to 0, or a slot held no row "
+                f"(valid: 0..{self._filled - 1}); check the loss and the indices passed (on "
+                "the CPU the update raises at once, naming the position)"
+            )
+
+    def _new_p(self, tree: SumTree) -> torch.Tensor:
+        """The ``p`` of new rows as a 0-d tensor on the tree's device (cached)."""
+        t = self._max_raw_t
+        key: Any = ("device", t) if t is not None else (self._max_priority, tree.device)
+        cached = self._p_new
+        if cached is not None and cached[0] == key and cached[1].device == tree.device:
+            return cached[1]
+        if t is not None:  # the host's value until an update raised the max
+            value = torch.where(
+                t > self._raw_floor, (t + self._eps).pow(self._alpha), self._max_priority
+            )
+        else:
+            value = _scalar(self._max_priority, tree)
+        self._p_new = (key, value)
+        return value
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -217,6 +290,7 @@ class PrioritizedSampler(Sampler):
             self._set_alpha(new)
 
     def _set_alpha(self, new: float) -> None:
+        self._settle()
         old = self._alpha
         if new == old:
             return
@@ -303,6 +377,7 @@ class PrioritizedSampler(Sampler):
         if self._within and self._tree is not None:
             top = float(self._tree.max_tensor())
             return top if top > 0 else 1.0
+        self._settle()
         return self._max_priority
 
     @property
@@ -312,6 +387,7 @@ class PrioritizedSampler(Sampler):
             top = float(self._tree.max_tensor())
             if top > 0 and self._alpha > 0:
                 return max(top ** (1.0 / self._alpha) - self._eps, 0.0)
+        self._settle()
         return 1.0 if self._max_raw is None else self._max_raw
 
     @property
@@ -331,7 +407,9 @@ class PrioritizedSampler(Sampler):
         return out
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_lock": None}  # a lock does not pickle; attach sets it again
+        self._settle()
+        # a lock does not pickle (attach sets it again); the new rows' p is rebuilt on use
+        return {**self.__dict__, "_lock": None, "_p_new": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # samplers pickled before these fields existed
@@ -416,6 +494,7 @@ class PrioritizedSampler(Sampler):
         written, generation = storage.write_count, storage.generation
         if self._generation is not None and generation != self._generation:
             # the rows were restored or emptied without this sampler's state: no priority is known
+            self._settle()
             p = 1.0 if self._within else self._max_priority
             values = torch.full((n,), p, dtype=torch.float64, device=tree.device)
             tree.set_leaves(values)
@@ -450,7 +529,7 @@ class PrioritizedSampler(Sampler):
     def _assign_new(self, tree: SumTree, slots: torch.Tensor) -> None:
         """Give freshly written slots the priority of new rows."""
         if not self._within:
-            tree.assign(slots, _scalar(self._max_priority, tree), positive=True)
+            tree.assign(slots, self._new_p(tree), positive=True)
             return
         tree.assign(slots, _scalar(0.0, tree))  # the rows they overwrote leave the buffer
         top = tree.max_tensor()
@@ -496,7 +575,7 @@ class PrioritizedSampler(Sampler):
 
     def check_priority(
         self, index: torch.Tensor, priority: torch.Tensor, *, positions: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor, float]:
+    ) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """Validate an update without applying it; return it ready for :meth:`apply_priority`.
 
         The returned value is opaque: pass it to :meth:`apply_priority` of this sampler.
@@ -537,6 +616,13 @@ class PrioritizedSampler(Sampler):
         if self._alpha != 1.0:
             p = p.pow_(self._alpha)
         largest = _largest(tree.capacity if tree is not None else 1)
+        if (
+            tree is not None
+            and (self._defer_checks or tree.device.type != "cpu")
+            and index.numel()
+            and self._filled
+        ):
+            return self._check_on_device(tree, index, magnitude, p, largest)
         # every bound read back at once: one host synchronisation per update
         parts = []
         if p.numel():
@@ -567,6 +653,31 @@ class PrioritizedSampler(Sampler):
         if p.numel() == 1:
             p = p.expand(index.numel())
         return index, p, hi_raw
+
+    def _check_on_device(
+        self,
+        tree: SumTree,
+        index: torch.Tensor,
+        magnitude: torch.Tensor,
+        p: torch.Tensor,
+        largest: float,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`check_priority` without reading anything back: an invalid update becomes
+        one that rewrites every slot it names (clamped into range) with the value it holds,
+        and is counted for :meth:`check_refused`."""
+        n = index.numel()
+        if p.numel() == 1:
+            p, magnitude = p.expand(n), magnitude.expand(n)
+        slots = index.clamp(0, self._filled - 1)
+        # NaN, 0 (an underflow) and overflows all move under a clamp to (0, largest]
+        ok = torch.logical_and(torch.eq(p.clamp(_TINY, largest), p), torch.eq(slots, index)).all()
+        p = torch.where(ok, p, tree.get_unchecked(slots))
+        hi_raw = torch.where(ok, magnitude.max(), 0.0)
+        refused = self._refused
+        self._refused = (
+            ok.logical_not().long() if refused is None else refused.add_(ok.logical_not())
+        )
+        return slots, p, hi_raw
 
     def _priority_error(
         self,
@@ -611,7 +722,7 @@ class PrioritizedSampler(Sampler):
             )
         raise err
 
-    def apply_priority(self, checked: tuple[torch.Tensor, torch.Tensor, float]) -> None:
+    def apply_priority(self, checked: tuple[torch.Tensor, torch.Tensor, Any]) -> None:
         """Apply an update :meth:`check_priority` returned."""
         index, p, hi_raw = checked
         if index.numel() == 0:
@@ -619,6 +730,13 @@ class PrioritizedSampler(Sampler):
         tree = self._tree
         assert tree is not None  # check_priority found rows, so the tree exists
         tree.assign(index, p, positive=True)  # check_priority refused p <= 0
+        if isinstance(hi_raw, torch.Tensor):  # checked on the device: the max stays there
+            t = self._max_raw_t
+            if t is None:
+                self._raw_floor = self._max_raw if self._max_raw is not None else 1.0 - self._eps
+                t = hi_raw.new_full((), self._raw_floor)
+            self._max_raw_t = torch.maximum(t, hi_raw)
+            return
         # new rows get max(1.0, the largest assigned), as TorchRL's buffers do (their writes
         # assign the default 1.0 before any update)
         current = self._max_raw if self._max_raw is not None else 1.0 - self._eps
@@ -642,7 +760,12 @@ class PrioritizedSampler(Sampler):
     # -- state -----------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The priorities of the filled slots (on CPU), the running max, ``alpha`` and ``beta``."""
+        """The priorities of the filled slots (on CPU), the running max, ``alpha`` and ``beta``.
+
+        Raises the error of updates refused on the device since the last
+        :meth:`check_refused`, if any."""
+        self.check_refused()
+        self._settle()
         tree = self._tree
         if tree is not None:
             priorities, capacity = tree.leaves[: self._filled].cpu().clone(), tree.capacity
@@ -678,6 +801,7 @@ class PrioritizedSampler(Sampler):
                 "capacity"
             )
         # -- nothing below can fail
+        self._device_state_reset()  # the restored running max replaces what the device held
         if self._tree is not None:
             self._tree.set_leaves(priorities)
         elif capacity and self._max_capacity is not None:

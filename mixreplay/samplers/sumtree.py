@@ -251,6 +251,10 @@ class SumTree:
         index = self._index(index)
         return self._sums[0][index]
 
+    def get_unchecked(self, index: torch.Tensor) -> torch.Tensor:
+        """:meth:`get` for valid 1-D int64 slots on the tree's device (no range check, no sync)."""
+        return self._sums[0].index_select(0, index)
+
     def find(self, prefix_sums: torch.Tensor) -> torch.Tensor:
         """For each prefix sum ``s``, the slot ``i`` with ``sum(v[:i]) <= s < sum(v[:i + 1])``.
 

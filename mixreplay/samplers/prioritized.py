@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import operator
 import warnings
 from typing import Any
@@ -595,11 +596,16 @@ class PrioritizedSampler(Sampler):
                 ``(|priority| + eps) ** alpha`` overflows the tree or underflows to 0
                 (the error's ``position`` attribute is the first bad position).
             IndexError: a slot holds no row.
+
+        On a tree off the CPU (a CUDA storage) nothing is read back: an invalid update
+        is refused whole on the device and raised later by :meth:`check_refused`.
         """
         index = torch.as_tensor(index)
         if index.dtype.is_floating_point or index.dtype == torch.bool or index.dtype.is_complex:
             raise TypeError(f"index must hold integer slots, got dtype {index.dtype}")
-        priority = torch.as_tensor(priority).detach()
+        priority = torch.as_tensor(priority)
+        if priority.requires_grad:
+            priority = priority.detach()
         if priority.numel() != 1 and priority.numel() != index.numel():
             raise ValueError(
                 f"priority has shape {list(priority.shape)} but index has shape {list(index.shape)}; "
@@ -609,12 +615,15 @@ class PrioritizedSampler(Sampler):
             raise TypeError(f"priority must be a real-valued tensor, got dtype {priority.dtype}")
         tree = self._tree
         device = tree.device if tree is not None else priority.device
-        index = index.reshape(-1).to(device=device, dtype=torch.int64)
-        raw = priority.reshape(-1).to(device=device, dtype=torch.float64)
+        # (each call below is a torch op of a few µs: those that would change nothing are skipped)
+        if index.dim() != 1:
+            index = index.reshape(-1)
+        if index.dtype != torch.int64 or index.device != device:
+            index = index.to(device=device, dtype=torch.int64)
+        raw = priority.reshape(-1) if priority.dim() != 1 else priority
+        if raw.dtype != torch.float64 or raw.device != device:
+            raw = raw.to(device=device, dtype=torch.float64)
         magnitude = raw.abs()
-        p = magnitude + self._eps
-        if self._alpha != 1.0:
-            p = p.pow_(self._alpha)
         largest = _largest(tree.capacity if tree is not None else 1)
         if (
             tree is not None
@@ -622,20 +631,20 @@ class PrioritizedSampler(Sampler):
             and index.numel()
             and self._filled
         ):
-            return self._check_on_device(tree, index, magnitude, p, largest)
-        # every bound read back at once: one host synchronisation per update
-        parts = []
-        if p.numel():
-            parts += [*torch.aminmax(p), magnitude.max()]
-        if index.numel():
-            parts += [x.to(torch.float64) for x in torch.aminmax(index)]  # exact below 2**53
-        bounds = torch.stack(parts).tolist() if parts else []
-        if p.numel():
-            lo, hi, hi_raw = bounds[:3]
+            hi_raw_t = magnitude.max()
+            return self._check_on_device(tree, index, hi_raw_t, self._p_of(magnitude), largest)
+        hi_raw = 0.0
+        if magnitude.numel():
+            # read on the host (a CPU tensor: no wait): the bounds of |priority| give those of
+            # p, as (x + eps) ** alpha is monotone; the tensors decide at the bounds' edges
+            lo_t, hi_t = torch.aminmax(magnitude)
+            lo_raw, hi_raw = float(lo_t), float(hi_t)
+            lo, hi = _pow(lo_raw + self._eps, self._alpha), _pow(hi_raw + self._eps, self._alpha)
+            p = self._p_of(magnitude)
             if not (lo > 0.0 and hi <= largest):  # NaN fails both
                 self._priority_error(raw, p, largest, positions)
         else:
-            hi_raw = 0.0
+            p = magnitude
         if index.numel():
             if tree is None and self._pending is not None:
                 raise IndexError(
@@ -643,7 +652,8 @@ class PrioritizedSampler(Sampler):
                     "its storage; attach it (sampler.attach(storage)) or sample from it first"
                 )
             filled = self._filled if tree is not None else 0
-            first, last = (int(x) for x in bounds[-2:])
+            first_t, last_t = torch.aminmax(index)
+            first, last = int(first_t), int(last_t)
             if first < 0 or last >= filled:
                 valid = f"valid slots: 0..{filled - 1}" if filled else "sample from it first"
                 raise IndexError(
@@ -654,11 +664,16 @@ class PrioritizedSampler(Sampler):
             p = p.expand(index.numel())
         return index, p, hi_raw
 
+    def _p_of(self, magnitude: torch.Tensor) -> torch.Tensor:
+        """``(magnitude + eps) ** alpha``, in place (``magnitude`` is a fresh ``abs``)."""
+        p = magnitude.add_(self._eps)
+        return p if self._alpha == 1.0 else p.pow_(self._alpha)
+
     def _check_on_device(
         self,
         tree: SumTree,
         index: torch.Tensor,
-        magnitude: torch.Tensor,
+        hi_raw_t: torch.Tensor,
         p: torch.Tensor,
         largest: float,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -667,12 +682,12 @@ class PrioritizedSampler(Sampler):
         and is counted for :meth:`check_refused`."""
         n = index.numel()
         if p.numel() == 1:
-            p, magnitude = p.expand(n), magnitude.expand(n)
+            p = p.expand(n)
         slots = index.clamp(0, self._filled - 1)
         # NaN, 0 (an underflow) and overflows all move under a clamp to (0, largest]
         ok = torch.logical_and(torch.eq(p.clamp(_TINY, largest), p), torch.eq(slots, index)).all()
         p = torch.where(ok, p, tree.get_unchecked(slots))
-        hi_raw = torch.where(ok, magnitude.max(), 0.0)
+        hi_raw = torch.where(ok, hi_raw_t, 0.0)
         refused = self._refused
         self._refused = (
             ok.logical_not().long() if refused is None else refused.add_(ok.logical_not())
@@ -711,6 +726,8 @@ class PrioritizedSampler(Sampler):
                 "ratios matter",
                 position=at[0],
             )
+        elif bool((p > 0).all()):
+            return  # the host's bounds rounded past an edge the tensors are within: accept
         else:
             bad = ~(p > 0)
             at = where(bad)
@@ -884,6 +901,14 @@ class PrioritizedSampler(Sampler):
             values["beta"],
             values["max_raw"],
         )
+
+
+def _pow(x: float, a: float) -> float:
+    """``x ** a`` for ``x > 0`` (or NaN), ``inf`` where Python's float power overflows."""
+    try:
+        return x**a
+    except OverflowError:
+        return math.inf
 
 
 def _alpha(value: Any) -> float:

@@ -120,6 +120,7 @@ class SumTree:
     _scaled: tuple[int, torch.Tensor] | None = None
     #: ``[0, cumsum of the top level]`` (``top + 1`` values), rewritten when the tree changes
     _cumbuf: torch.Tensor | None = None
+    _views: tuple[torch.Tensor, ...] = ()
     #: parents hold the left-to-right (``cumsum``) sums of their children, bit for bit, so
     #: the exact descent applies; False for trees pickled before it existed and off the CPU
     _exact: bool = False
@@ -189,10 +190,14 @@ class SumTree:
                 buf = self._cumbuf = torch.zeros(
                     top.shape[0] + 1, dtype=torch.float64, device=top.device
                 )
+                # views made once (each view is a torch call): inclusive sums, exclusive ones
+                # as a column, the inclusive ones but the last, the total
+                self._views = (buf[1:], buf[:-1].view(-1, 1), buf[1:-1], buf[-1:])
             # buf[0] stays 0: the exclusive sums are buf[:-1], bit for bit the inclusive ones
             # shifted (not `cums - top`, which rounds)
-            torch.cumsum(top, 0, out=buf[1:])
-            self._cums, self._excl, self._head = buf[1:], buf[:-1], buf[1:-1]
+            views = self._views
+            torch.cumsum(top, 0, out=views[0])
+            self._cums, self._excl, self._head = views[0], buf[:-1], views[2]
         return self._cums, self._excl
 
     def _scale(self, n: int) -> torch.Tensor:
@@ -200,8 +205,8 @@ class SumTree:
         included (three roundings of 2**-53 each stay under the margin of 2**-51)."""
         scaled = self._scaled
         if scaled is None or scaled[0] != n:
-            cums, _ = self._top()
-            scaled = self._scaled = (n, cums[-1:] * (_BELOW / n))
+            self._top()
+            scaled = self._scaled = (n, torch.mul(self._views[3], _BELOW / n))
         return scaled[1]
 
     def _guard(self) -> torch.Tensor:
@@ -305,13 +310,13 @@ class SumTree:
         them, and the first child whose prefix sum exceeds ``s`` has one larger than
         the previous, hence a positive value (rounding ``c + x`` is monotone in ``x``).
         """
-        head = self._head
-        assert head is not None and self._excl is not None  # set by _scale's _top()
+        _, excl, head, _ = self._views  # set by _scale's _top()
         node = search(head, s)  # s < total: never past the last top node
         b = self.arity
         kids = torch.index_select(self._sums[0].view(-1, b), 0, node)  # [n, b]
-        row = kids.cumsum(1).add_(self._excl.index_select(0, node).unsqueeze_(1))
-        child = torch.le(row[:, :-1], s.unsqueeze_(1)).sum(1, keepdim=True)
+        row = kids.cumsum(1).add_(torch.index_select(excl, 0, node))
+        # the count of prefix sums <= s; the last (cums[k]) is > s, so it is < b
+        child = torch.le(row, s.unsqueeze_(1)).sum(1, keepdim=True)
         return torch.add(child.view(-1), node, alpha=b), kids.gather(1, child).view(-1)
 
     def values_at(self, index: torch.Tensor) -> torch.Tensor:
@@ -534,6 +539,7 @@ class SumTree:
         )
         state.pop("_scratch", None)
         state.pop("_cumbuf", None)
+        state.pop("_views", None)
         state.pop("_positions", None)
         return state
 

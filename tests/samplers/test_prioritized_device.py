@@ -172,3 +172,12 @@ def test_a_tree_from_before_the_exact_descent_is_rebuilt_when_moved_to_the_cpu()
     assert tree._exact
     parents = tree.levels()[0].view(-1, 8).cumsum(1)[:, -1]
     assert torch.equal(tree.levels()[1][: parents.shape[0]], parents)
+
+
+def test_a_priority_whose_power_overflows_a_python_float_is_refused_by_name():
+    rb, sampler = _buffer(False)
+    sampler.alpha = 2.0
+    before = sampler.tree.leaves.clone()
+    with pytest.raises(PriorityError, match=r"more than a tree of 500 slots can sum"):
+        rb.update_priority(torch.tensor([0, 1]), torch.tensor([1.0, 1e200]))
+    assert torch.equal(sampler.tree.leaves, before)

@@ -293,6 +293,9 @@ class SumTree:
         s = torch.mul(u, self._scale(n))
         if self._exact and self.depth == 1:
             node, value = self._descend_exact(s)
+        elif self._exact and not self.depth:  # s < total: the top search alone, no wrap
+            node = search(self._views[2], s)
+            value = self._sums[0].index_select(0, node)
         else:
             node, value = self._descend_lean(s)
         self._drawn = (node, value)

@@ -179,5 +179,25 @@ def test_a_priority_whose_power_overflows_a_python_float_is_refused_by_name():
     sampler.alpha = 2.0
     before = sampler.tree.leaves.clone()
     with pytest.raises(PriorityError, match=r"more than a tree of 500 slots can sum"):
-        rb.update_priority(torch.tensor([0, 1]), torch.tensor([1.0, 1e200]))
+        rb.update_priority(torch.tensor([0, 1]), torch.tensor([1.0, 1e200], dtype=torch.float64))
     assert torch.equal(sampler.tree.leaves, before)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    values=st.lists(st.one_of(st.just(0.0), st.floats(1e-300, 1e300)), min_size=1, max_size=50),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_a_flat_tree_samples_only_positive_slots_at_the_top_of_each_stratum(values, seed):
+    v = torch.tensor(values, dtype=torch.float64)
+    if not (v > 0).any() or not torch.isfinite(v.sum()):
+        return
+    tree = SumTree(len(values))  # capacity <= top: no level below the top
+    tree.set_leaves(v)
+    assert tree.depth == 0
+    n = 32
+    g = torch.Generator().manual_seed(seed)
+    below_one = torch.rand(n, generator=g, dtype=torch.float64)
+    below_one[:4] = 1.0 - 2.0**-53
+    slots = tree.sample(torch.randperm(n, generator=g, dtype=torch.float64).add_(below_one), n)
+    assert (v[slots] > 0).all() and torch.equal(tree.values_at(slots), v[slots])

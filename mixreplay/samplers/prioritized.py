@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import operator
 import warnings
 from typing import Any
@@ -19,6 +20,7 @@ __all__ = ["PrioritizedSampler"]
 
 _UNSET: Any = object()
 _DBL_MAX = torch.finfo(torch.float64).max
+_TINY = 5e-324  # the smallest positive float64: a clamp to [_TINY, largest] moves 0 and NaN
 
 #: TorchRL 0.14 PrioritizedSampler arguments mixreplay has no use for
 _TORCHRL: Table = {
@@ -198,6 +200,78 @@ class PrioritizedSampler(Sampler):
         self._max_priority = 1.0  # what new rows get: (_max_raw + eps) ** alpha, 1.0 at first
         self._pending: tuple[torch.Tensor, int] | None = None  # loaded before a storage was seen
         self._lock: Any = None  # the storage's lock, taken when alpha changes the tree
+        self._device_state_reset()
+
+    # -- updates checked on the device (no host synchronisation) ---------------------------
+
+    #: check updates the device way on a CPU tree too (for tests: the same results)
+    _defer_checks = False
+    #: class defaults: samplers pickled before device checks existed load
+    _max_raw_t: torch.Tensor | None = None
+    _raw_floor = 0.0
+    _refused: torch.Tensor | None = None
+    _p_new: tuple[Any, torch.Tensor] | None = None
+
+    def _device_state_reset(self) -> None:
+        self._max_raw_t = None  # the largest |priority| assigned, on the device (None: on host)
+        self._raw_floor = 0.0  # what _max_raw_t had to exceed to count (the host's at start)
+        self._refused = None  # updates refused on the device since the last check_refused()
+        self._p_new = None  # (key, the p of new rows as a 0-d tensor on the tree's device)
+
+    def _settle(self) -> None:
+        """Read back what device updates left on the device (the running max): one host sync,
+        outside the steady state (properties, state, alpha changes, restores)."""
+        t = self._max_raw_t
+        if t is not None:
+            value = float(t)
+            if value > self._raw_floor:
+                self._max_raw = value
+                self._max_priority = self._from_raw(value)
+            self._max_raw_t = None
+            self._p_new = None
+
+    def check_refused(self) -> None:
+        """Raise the error of priority updates refused on the device since the last call.
+
+        On a CPU tree an invalid update raises at once. On another device (CUDA) the
+        checks run on the device, so that ``update_priority`` never waits for it: an
+        invalid update (a NaN or infinite priority, one that would overflow the tree
+        or underflow to 0, a slot that holds no row) is refused whole, the priorities
+        stay as they were, and the error is raised here, by :meth:`state_dict`, or
+        at the latest by the next checkpoint.
+
+        Raises:
+            PriorityError: how many updates were refused since the last call.
+        """
+        refused = self._refused
+        if refused is None:
+            return
+        count = int(refused)
+        self._refused = None
+        if count:
+            raise PriorityError(
+                f"{count} priority update(s) were refused on {refused.device} and left the "
+                "priorities unchanged: a priority was NaN or infinite, its (|priority| + eps) "
+                "** alpha overflowed the tree or underflowed to 0, or a slot held no row "
+                f"(valid: 0..{self._filled - 1}); check the loss and the indices passed (on "
+                "the CPU the update raises at once, naming the position)"
+            )
+
+    def _new_p(self, tree: SumTree) -> torch.Tensor:
+        """The ``p`` of new rows as a 0-d tensor on the tree's device (cached)."""
+        t = self._max_raw_t
+        key: Any = ("device", t) if t is not None else (self._max_priority, tree.device)
+        cached = self._p_new
+        if cached is not None and cached[0] == key and cached[1].device == tree.device:
+            return cached[1]
+        if t is not None:  # the host's value until an update raised the max
+            value = torch.where(
+                t > self._raw_floor, (t + self._eps).pow(self._alpha), self._max_priority
+            )
+        else:
+            value = _scalar(self._max_priority, tree)
+        self._p_new = (key, value)
+        return value
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -217,6 +291,7 @@ class PrioritizedSampler(Sampler):
             self._set_alpha(new)
 
     def _set_alpha(self, new: float) -> None:
+        self._settle()
         old = self._alpha
         if new == old:
             return
@@ -303,6 +378,7 @@ class PrioritizedSampler(Sampler):
         if self._within and self._tree is not None:
             top = float(self._tree.max_tensor())
             return top if top > 0 else 1.0
+        self._settle()
         return self._max_priority
 
     @property
@@ -312,6 +388,7 @@ class PrioritizedSampler(Sampler):
             top = float(self._tree.max_tensor())
             if top > 0 and self._alpha > 0:
                 return max(top ** (1.0 / self._alpha) - self._eps, 0.0)
+        self._settle()
         return 1.0 if self._max_raw is None else self._max_raw
 
     @property
@@ -331,7 +408,9 @@ class PrioritizedSampler(Sampler):
         return out
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_lock": None}  # a lock does not pickle; attach sets it again
+        self._settle()
+        # a lock does not pickle (attach sets it again); the new rows' p is rebuilt on use
+        return {**self.__dict__, "_lock": None, "_p_new": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # samplers pickled before these fields existed
@@ -416,6 +495,7 @@ class PrioritizedSampler(Sampler):
         written, generation = storage.write_count, storage.generation
         if self._generation is not None and generation != self._generation:
             # the rows were restored or emptied without this sampler's state: no priority is known
+            self._settle()
             p = 1.0 if self._within else self._max_priority
             values = torch.full((n,), p, dtype=torch.float64, device=tree.device)
             tree.set_leaves(values)
@@ -450,11 +530,11 @@ class PrioritizedSampler(Sampler):
     def _assign_new(self, tree: SumTree, slots: torch.Tensor) -> None:
         """Give freshly written slots the priority of new rows."""
         if not self._within:
-            tree.assign(slots, _scalar(self._max_priority, tree))
+            tree.assign(slots, self._new_p(tree), positive=True)
             return
         tree.assign(slots, _scalar(0.0, tree))  # the rows they overwrote leave the buffer
         top = tree.max_tensor()
-        tree.assign(slots, torch.where(top > 0, top, torch.ones_like(top)))
+        tree.assign(slots, torch.where(top > 0, top, torch.ones_like(top)), positive=True)
 
     # -- sampling --------------------------------------------------------------------------
 
@@ -466,13 +546,16 @@ class PrioritizedSampler(Sampler):
             raise EmptyBufferError("cannot sample: the source holds no rows; extend it first")
         gdev = generator.device
         u = torch.rand(n, generator=generator, dtype=torch.float64, device=gdev)
+        strata = 1
         if self._stratified:
-            # a float64 permutation: the same draws as an int64 one, and no cast in the add
+            # a float64 permutation: the same draws as an int64 one, and no cast in the add;
+            # the tree divides by n in the factor it scales the sums with
             perm = torch.randperm(n, generator=generator, device=gdev, dtype=torch.float64)
-            u.add_(perm).div_(n)
+            u.add_(perm)
+            strata = n
         if u.device != tree.device:
             u = u.to(tree.device)
-        return tree.sample(u)
+        return tree.sample(u, strata)
 
     def weight(self, index: torch.Tensor, storage: Storage) -> torch.Tensor:
         """Importance weights ``(min_j p_j / p_i) ** beta``, ``j`` over every row held (float32, in ``(0, 1]``)."""
@@ -493,7 +576,7 @@ class PrioritizedSampler(Sampler):
 
     def check_priority(
         self, index: torch.Tensor, priority: torch.Tensor, *, positions: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor, float]:
+    ) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """Validate an update without applying it; return it ready for :meth:`apply_priority`.
 
         The returned value is opaque: pass it to :meth:`apply_priority` of this sampler.
@@ -513,11 +596,16 @@ class PrioritizedSampler(Sampler):
                 ``(|priority| + eps) ** alpha`` overflows the tree or underflows to 0
                 (the error's ``position`` attribute is the first bad position).
             IndexError: a slot holds no row.
+
+        On a tree off the CPU (a CUDA storage) nothing is read back: an invalid update
+        is refused whole on the device and raised later by :meth:`check_refused`.
         """
         index = torch.as_tensor(index)
         if index.dtype.is_floating_point or index.dtype == torch.bool or index.dtype.is_complex:
             raise TypeError(f"index must hold integer slots, got dtype {index.dtype}")
-        priority = torch.as_tensor(priority).detach()
+        priority = torch.as_tensor(priority)
+        if priority.requires_grad:
+            priority = priority.detach()
         if priority.numel() != 1 and priority.numel() != index.numel():
             raise ValueError(
                 f"priority has shape {list(priority.shape)} but index has shape {list(index.shape)}; "
@@ -527,26 +615,36 @@ class PrioritizedSampler(Sampler):
             raise TypeError(f"priority must be a real-valued tensor, got dtype {priority.dtype}")
         tree = self._tree
         device = tree.device if tree is not None else priority.device
-        index = index.reshape(-1).to(device=device, dtype=torch.int64)
-        raw = priority.reshape(-1).to(device=device, dtype=torch.float64)
+        # (each call below is a torch op of a few µs: those that would change nothing are skipped)
+        if index.dim() != 1:
+            index = index.reshape(-1)
+        if index.dtype != torch.int64 or index.device != device:
+            index = index.to(device=device, dtype=torch.int64)
+        raw = priority.reshape(-1) if priority.dim() != 1 else priority
+        if raw.dtype != torch.float64 or raw.device != device:
+            raw = raw.to(device=device, dtype=torch.float64)
         magnitude = raw.abs()
-        p = magnitude + self._eps
-        if self._alpha != 1.0:
-            p = p.pow_(self._alpha)
         largest = _largest(tree.capacity if tree is not None else 1)
-        # every bound read back at once: one host synchronisation per update
-        parts = []
-        if p.numel():
-            parts += [*torch.aminmax(p), magnitude.max()]
-        if index.numel():
-            parts += [x.to(torch.float64) for x in torch.aminmax(index)]  # exact below 2**53
-        bounds = torch.stack(parts).tolist() if parts else []
-        if p.numel():
-            lo, hi, hi_raw = bounds[:3]
+        if (
+            tree is not None
+            and (self._defer_checks or tree.device.type != "cpu")
+            and index.numel()
+            and self._filled
+        ):
+            hi_raw_t = magnitude.max()
+            return self._check_on_device(tree, index, hi_raw_t, self._p_of(magnitude), largest)
+        hi_raw = 0.0
+        if magnitude.numel():
+            # read on the host (a CPU tensor: no wait): the bounds of |priority| give those of
+            # p, as (x + eps) ** alpha is monotone; the tensors decide at the bounds' edges
+            lo_t, hi_t = torch.aminmax(magnitude)
+            lo_raw, hi_raw = float(lo_t), float(hi_t)
+            lo, hi = _pow(lo_raw + self._eps, self._alpha), _pow(hi_raw + self._eps, self._alpha)
+            p = self._p_of(magnitude)
             if not (lo > 0.0 and hi <= largest):  # NaN fails both
                 self._priority_error(raw, p, largest, positions)
         else:
-            hi_raw = 0.0
+            p = magnitude
         if index.numel():
             if tree is None and self._pending is not None:
                 raise IndexError(
@@ -554,7 +652,8 @@ class PrioritizedSampler(Sampler):
                     "its storage; attach it (sampler.attach(storage)) or sample from it first"
                 )
             filled = self._filled if tree is not None else 0
-            first, last = (int(x) for x in bounds[-2:])
+            first_t, last_t = torch.aminmax(index)
+            first, last = int(first_t), int(last_t)
             if first < 0 or last >= filled:
                 valid = f"valid slots: 0..{filled - 1}" if filled else "sample from it first"
                 raise IndexError(
@@ -564,6 +663,36 @@ class PrioritizedSampler(Sampler):
         if p.numel() == 1:
             p = p.expand(index.numel())
         return index, p, hi_raw
+
+    def _p_of(self, magnitude: torch.Tensor) -> torch.Tensor:
+        """``(magnitude + eps) ** alpha``, in place (``magnitude`` is a fresh ``abs``)."""
+        p = magnitude.add_(self._eps)
+        return p if self._alpha == 1.0 else p.pow_(self._alpha)
+
+    def _check_on_device(
+        self,
+        tree: SumTree,
+        index: torch.Tensor,
+        hi_raw_t: torch.Tensor,
+        p: torch.Tensor,
+        largest: float,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`check_priority` without reading anything back: an invalid update becomes
+        one that rewrites every slot it names (clamped into range) with the value it holds,
+        and is counted for :meth:`check_refused`."""
+        n = index.numel()
+        if p.numel() == 1:
+            p = p.expand(n)
+        slots = index.clamp(0, self._filled - 1)
+        # NaN, 0 (an underflow) and overflows all move under a clamp to (0, largest]
+        ok = torch.logical_and(torch.eq(p.clamp(_TINY, largest), p), torch.eq(slots, index)).all()
+        p = torch.where(ok, p, tree.get_unchecked(slots))
+        hi_raw = torch.where(ok, hi_raw_t, 0.0)
+        refused = self._refused
+        self._refused = (
+            ok.logical_not().long() if refused is None else refused.add_(ok.logical_not())
+        )
+        return slots, p, hi_raw
 
     def _priority_error(
         self,
@@ -597,6 +726,8 @@ class PrioritizedSampler(Sampler):
                 "ratios matter",
                 position=at[0],
             )
+        elif bool((p > 0).all()):
+            return  # the host's bounds rounded past an edge the tensors are within: accept
         else:
             bad = ~(p > 0)
             at = where(bad)
@@ -608,14 +739,21 @@ class PrioritizedSampler(Sampler):
             )
         raise err
 
-    def apply_priority(self, checked: tuple[torch.Tensor, torch.Tensor, float]) -> None:
+    def apply_priority(self, checked: tuple[torch.Tensor, torch.Tensor, Any]) -> None:
         """Apply an update :meth:`check_priority` returned."""
         index, p, hi_raw = checked
         if index.numel() == 0:
             return
         tree = self._tree
         assert tree is not None  # check_priority found rows, so the tree exists
-        tree.assign(index, p)
+        tree.assign(index, p, positive=True)  # check_priority refused p <= 0
+        if isinstance(hi_raw, torch.Tensor):  # checked on the device: the max stays there
+            t = self._max_raw_t
+            if t is None:
+                self._raw_floor = self._max_raw if self._max_raw is not None else 1.0 - self._eps
+                t = hi_raw.new_full((), self._raw_floor)
+            self._max_raw_t = torch.maximum(t, hi_raw)
+            return
         # new rows get max(1.0, the largest assigned), as TorchRL's buffers do (their writes
         # assign the default 1.0 before any update)
         current = self._max_raw if self._max_raw is not None else 1.0 - self._eps
@@ -639,7 +777,12 @@ class PrioritizedSampler(Sampler):
     # -- state -----------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The priorities of the filled slots (on CPU), the running max, ``alpha`` and ``beta``."""
+        """The priorities of the filled slots (on CPU), the running max, ``alpha`` and ``beta``.
+
+        Raises the error of updates refused on the device since the last
+        :meth:`check_refused`, if any."""
+        self.check_refused()
+        self._settle()
         tree = self._tree
         if tree is not None:
             priorities, capacity = tree.leaves[: self._filled].cpu().clone(), tree.capacity
@@ -675,6 +818,7 @@ class PrioritizedSampler(Sampler):
                 "capacity"
             )
         # -- nothing below can fail
+        self._device_state_reset()  # the restored running max replaces what the device held
         if self._tree is not None:
             self._tree.set_leaves(priorities)
         elif capacity and self._max_capacity is not None:
@@ -757,6 +901,14 @@ class PrioritizedSampler(Sampler):
             values["beta"],
             values["max_raw"],
         )
+
+
+def _pow(x: float, a: float) -> float:
+    """``x ** a`` for ``x > 0`` (or NaN), ``inf`` where Python's float power overflows."""
+    try:
+        return x**a
+    except OverflowError:
+        return math.inf
 
 
 def _alpha(value: Any) -> float:

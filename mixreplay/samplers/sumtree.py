@@ -42,6 +42,34 @@ _GRAIN = 200
 _INF = math.inf
 
 
+def _cumsum_is_sequential() -> bool:
+    """Whether CPU ``cumsum`` of float64 adds left to right (``c[i] = c[i - 1] + x[i]``,
+    rounded each step), in 1-D and along the rows of a 2-D tensor: what the exact descent
+    (:meth:`SumTree._descend_exact`) relies on. Probed once, on values whose sums round."""
+    x = torch.tensor(
+        [0.1, 1e16, 0.3, -1e16, 2.0**-60, 7.0, 1.0 / 3.0, 2.0**53] * 8, dtype=torch.float64
+    )
+    expect, acc = [], 0.0
+    for v in x.tolist():
+        acc = acc + v
+        expect.append(acc)
+    rows = x.view(2, -1).cumsum(1)
+    half = len(expect) // 2
+    tail, acc2 = [], 0.0
+    for v in x.tolist()[half:]:
+        acc2 = acc2 + v
+        tail.append(acc2)
+    return (
+        x.cumsum(0).tolist() == expect
+        and rows[0].tolist() == expect[:half]
+        and rows[1].tolist() == tail
+    )
+
+
+#: CPU cumsum is sequential in this torch build (checked at import; see ``_descend_exact``)
+SEQUENTIAL_CUMSUM = _cumsum_is_sequential()
+
+
 def search(sorted_rows: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """``torch.searchsorted(sorted_rows, values, right=True)``, in chunks that stay serial on CPU."""
     n = values.shape[0]
@@ -88,6 +116,14 @@ class SumTree:
     #: caches added after trees were first pickled (class defaults, so those load)
     _below: torch.Tensor | None = None
     _drawn: tuple[torch.Tensor, torch.Tensor] | None = None
+    _head: torch.Tensor | None = None
+    _scaled: tuple[int, torch.Tensor] | None = None
+    #: ``[0, cumsum of the top level]`` (``top + 1`` values), rewritten when the tree changes
+    _cumbuf: torch.Tensor | None = None
+    _views: tuple[torch.Tensor, ...] = ()
+    #: parents hold the left-to-right (``cumsum``) sums of their children, bit for bit, so
+    #: the exact descent applies; False for trees pickled before it existed and off the CPU
+    _exact: bool = False
 
     def __init__(
         self,
@@ -121,11 +157,14 @@ class SumTree:
             if track_max
             else None
         )
+        self._exact = self.device.type == "cpu" and SEQUENTIAL_CUMSUM
         self._clear_cache()
 
     def _clear_cache(self) -> None:
         self._cums: torch.Tensor | None = None  # inclusive cumsum of the top level
         self._excl: torch.Tensor | None = None  # exclusive cumsum of the top level
+        self._head: torch.Tensor | None = None  # _cums[:-1]: searched when the sum is < total
+        self._scaled: tuple[int, torch.Tensor] | None = None  # (n, [total * _BELOW / n])
         self._below: torch.Tensor | None = None  # [total * _BELOW], 1 value: sums stay under it
         self._least: torch.Tensor | None = None  # smallest positive value, 0-d
         # the slots the last :meth:`sample` returned and their values (read by :meth:`values_at`)
@@ -146,9 +185,29 @@ class SumTree:
     def _top(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._cums is None or self._excl is None:
             top = self._sums[-1]
-            self._cums = top.cumsum(0)
-            self._excl = self._cums - top
+            buf = self._cumbuf
+            if buf is None or buf.shape[0] != top.shape[0] + 1 or buf.device != top.device:
+                buf = self._cumbuf = torch.zeros(
+                    top.shape[0] + 1, dtype=torch.float64, device=top.device
+                )
+                # views made once (each view is a torch call): inclusive sums, exclusive ones
+                # as a column, the inclusive ones but the last, the total
+                self._views = (buf[1:], buf[:-1].view(-1, 1), buf[1:-1], buf[-1:])
+            # buf[0] stays 0: the exclusive sums are buf[:-1], bit for bit the inclusive ones
+            # shifted (not `cums - top`, which rounds)
+            views = self._views
+            torch.cumsum(top, 0, out=views[0])
+            self._cums, self._excl, self._head = views[0], buf[:-1], views[2]
         return self._cums, self._excl
+
+    def _scale(self, n: int) -> torch.Tensor:
+        """``[total * (_BELOW / n)]``: ``x * it < total`` for every ``x`` in ``[0, n]``, rounding
+        included (three roundings of 2**-53 each stay under the margin of 2**-51)."""
+        scaled = self._scaled
+        if scaled is None or scaled[0] != n:
+            self._top()
+            scaled = self._scaled = (n, torch.mul(self._views[3], _BELOW / n))
+        return scaled[1]
 
     def _guard(self) -> torch.Tensor:
         """``[total * _BELOW]``: the largest prefix sum searched (cached with the top level)."""
@@ -197,6 +256,10 @@ class SumTree:
         index = self._index(index)
         return self._sums[0][index]
 
+    def get_unchecked(self, index: torch.Tensor) -> torch.Tensor:
+        """:meth:`get` for valid 1-D int64 slots on the tree's device (no range check, no sync)."""
+        return self._sums[0].index_select(0, index)
+
     def find(self, prefix_sums: torch.Tensor) -> torch.Tensor:
         """For each prefix sum ``s``, the slot ``i`` with ``sum(v[:i]) <= s < sum(v[:i + 1])``.
 
@@ -217,19 +280,47 @@ class SumTree:
         s = torch.minimum(s.reshape(-1).clamp(min=0.0), cums[-1:] * _BELOW)
         return self._descend(s).reshape(shape)
 
-    def sample(self, u: torch.Tensor) -> torch.Tensor:
-        """The slots at prefix sums ``u * total`` for fractions ``u`` in ``[0, 1)`` (1-D, float64).
+    def sample(self, u: torch.Tensor, n: int = 1) -> torch.Tensor:
+        """The slots at prefix sums ``u / n * total`` for ``u`` in ``[0, n]`` (1-D, float64).
 
         :meth:`find` for the sampler's hot path: ``u`` must already be a 1-D
-        float64 tensor on the tree's device. The values of
-        the slots returned are kept until the tree next changes: :meth:`values_at`
-        of the same tensor reads them without another gather.
+        float64 tensor on the tree's device, and the total positive. ``n`` lets a stratified draw pass ``rand + randperm`` without
+        dividing it first. The values of the slots returned are kept until the
+        tree next changes: :meth:`values_at` of the same tensor reads them without
+        another gather.
         """
-        # u < 1, so u * (total * _BELOW) <= total * _BELOW < total, rounding included
-        s = u * self._guard()
-        node, value = self._descend_lean(s)
+        # u <= n, so u * (total * _BELOW / n) < total, rounding included
+        s = torch.mul(u, self._scale(n))
+        if self._exact and self.depth == 1:
+            node, value = self._descend_exact(s)
+        elif self._exact and not self.depth:  # s < total: the top search alone, no wrap
+            node = search(self._views[2], s)
+            value = self._sums[0].index_select(0, node)
+        else:
+            node, value = self._descend_lean(s)
         self._drawn = (node, value)
         return node
+
+    def _descend_exact(self, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The descent of a tree of one level below the top, for sums in ``[0, total)``,
+        without clamps: 10 ops.
+
+        It relies on sums rounded the same way everywhere (``SEQUENTIAL_CUMSUM``, and
+        parents written as the ``cumsum`` of their children, ``_exact``): with ``c`` the
+        exclusive prefix sum of the top node ``k`` found (``c <= s < cums[k]``), the
+        absolute prefix sums of its children ``c + cumsum(kids)`` end on
+        ``c + top[k]``, the very float ``cums[k]``. So ``s`` is below the last of
+        them, and the first child whose prefix sum exceeds ``s`` has one larger than
+        the previous, hence a positive value (rounding ``c + x`` is monotone in ``x``).
+        """
+        _, excl, head, _ = self._views  # set by _scale's _top()
+        node = search(head, s)  # s < total: never past the last top node
+        b = self.arity
+        kids = torch.index_select(self._sums[0].view(-1, b), 0, node)  # [n, b]
+        row = kids.cumsum(1).add_(torch.index_select(excl, 0, node))
+        # the count of prefix sums <= s; the last (cums[k]) is > s, so it is < b
+        child = torch.le(row, s.unsqueeze_(1)).sum(1, keepdim=True)
+        return torch.add(child.view(-1), node, alpha=b), kids.gather(1, child).view(-1)
 
     def values_at(self, index: torch.Tensor) -> torch.Tensor:
         """The values at slots ``index`` (1-D int64 on the tree's device): no gather when
@@ -324,19 +415,22 @@ class SumTree:
             )
         self.assign(index, values)
 
-    def assign(self, index: torch.Tensor, values: torch.Tensor) -> None:
+    def assign(self, index: torch.Tensor, values: torch.Tensor, *, positive: bool = False) -> None:
         """:meth:`update` without the checks: ``index`` valid int64 slots (1-D) and ``values``
-        finite non-negative float64, one per slot or a 0-d tensor for all, on the tree's device."""
+        finite non-negative float64, one per slot or a 0-d tensor for all, on the tree's device.
+        ``positive=True`` promises every value is ``> 0`` (saves the masking of zeros)."""
         if values.dim() and index.numel() > 1:
             values = self._last_write_wins(index, values)
-        sums, mins = self._sums, self._mins
+        sums, mins, exact = self._sums, self._mins, self._exact
         sums[0].index_put_((index,), values)
-        mins[0].index_put_((index,), values.masked_fill(values <= 0, _INF))
+        mins[0].index_put_((index,), values if positive else values.masked_fill(values <= 0, _INF))
         node, b = index, self.arity
         for d in range(1, len(sums)):
             node = torch.div(node, b, rounding_mode="floor")
             # duplicates among parents all write the same value, so the order does not matter
-            sums[d].index_put_((node,), torch.index_select(sums[d - 1].view(-1, b), 0, node).sum(1))
+            rows = torch.index_select(sums[d - 1].view(-1, b), 0, node)
+            # exact trees sum left to right (the last of a cumsum), as the descent does
+            sums[d].index_put_((node,), rows.cumsum(1)[:, -1] if exact else rows.sum(1))
             mins[d].index_put_(
                 (node,), torch.index_select(mins[d - 1].view(-1, b), 0, node).amin(1)
             )
@@ -389,7 +483,10 @@ class SumTree:
         mins[0][: values.numel()] = values.masked_fill(values <= 0, _INF)
         for d in range(1, len(sums)):
             rows = sums[d - 1].shape[0] // b
-            torch.sum(sums[d - 1].view(-1, b), 1, out=sums[d][:rows])
+            if self._exact:  # left to right, as the descent sums them
+                sums[d][:rows] = sums[d - 1].view(-1, b).cumsum(1)[:, -1]
+            else:
+                torch.sum(sums[d - 1].view(-1, b), 1, out=sums[d][:rows])
             torch.amin(mins[d - 1].view(-1, b), 1, out=mins[d][:rows])
         maxs = self._maxs
         if maxs is not None:
@@ -407,6 +504,11 @@ class SumTree:
         self._mins = [level.to(self.device) for level in self._mins]
         if self._maxs is not None:
             self._maxs = [level.to(self.device) for level in self._maxs]
+        exact = self.device.type == "cpu" and SEQUENTIAL_CUMSUM
+        if exact and not self._exact:  # parents summed elsewhere: sum them left to right
+            self._exact = True
+            self.set_leaves(self.leaves.clone())
+        self._exact = exact
         self._clear_cache()
         return self
 
@@ -435,8 +537,12 @@ class SumTree:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         # caches and scratch are rebuilt on use
-        state.update(_cums=None, _excl=None, _below=None, _least=None, _drawn=None)
+        state.update(
+            _cums=None, _excl=None, _head=None, _scaled=None, _below=None, _least=None, _drawn=None
+        )
         state.pop("_scratch", None)
+        state.pop("_cumbuf", None)
+        state.pop("_views", None)
         state.pop("_positions", None)
         return state
 

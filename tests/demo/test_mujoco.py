@@ -14,7 +14,7 @@ import pytest
 
 from mixreplay.cli import UsageError, main
 from mixreplay.demo.cli import add_demo_parser, build_specs, check_dependencies, check_options
-from mixreplay.demo.config import SACConfig
+from mixreplay.demo.config import ARMS, SACConfig
 from mixreplay.demo.envs import make_env
 from mixreplay.demo.policy_data import choose_snapshot, make_policy_datasets, missing_datasets
 from mixreplay.demo.report import read_csv
@@ -71,18 +71,17 @@ def test_the_task_and_its_defaults():
     args = parse("--task", "halfcheetah")
     task, arms = check_options(args)
     assert task is HALFCHEETAH and task.env_id == "HalfCheetah-v5"
-    assert arms == ["online", "mixed", "anneal", "proportional", "gated"]
-    assert check_options(parse("--task", "halfcheetah", "--quick"))[1] == [
-        "online",
-        "mixed",
-        "gated",
-    ]
+    assert arms == ["online", "mixed", "anneal", "proportional"]
+    assert check_options(parse("--task", "halfcheetah", "--quick"))[1] == ["online", "mixed"]
+    # the experimental return-gated arm is asked for by name
+    gated = check_options(parse("--task", "halfcheetah", "--arms", "online,gated"))[1]
+    assert gated == ["online", "gated"]
     assert [level.name for level in task.datasets] == ["weak", "good"]
     assert all("." not in level.dataset_id for level in task.datasets)  # Minari refuses dots
 
 
 def test_specs_run_every_data_arm_on_every_dataset_and_online_once_per_seed():
-    args = parse("--task", "halfcheetah", "--seeds", "2")
+    args = parse("--task", "halfcheetah", "--seeds", "2", "--arms", ",".join(ARMS))
     specs = build_specs(args, {"weak": 900.0, "good": 2500.0})
     assert len(specs) == 2 * (1 + 4 * 2)
     assert [s.seed for s in specs] == sorted(s.seed for s in specs)  # seeds outermost
@@ -200,17 +199,19 @@ def test_a_tiny_benchmark_end_to_end(tiny, demo_roots, no_log_file, capsys):
     assert main([*TINY_RUN, "--out", str(out)]) == 0
     records = read_csv(out / "results.csv")
     runs = {(r["dataset"], r["arm"]) for r in records}
-    data_arms = ("mixed", "anneal", "proportional", "gated")
+    data_arms = ("mixed", "anneal", "proportional")  # the default arms (gated: by name)
     assert runs == {("", "online")} | {(d, a) for d in ("weak", "good") for a in data_arms}
     assert all(r["step"] == 300 for r in records)
     table = (out / "summary.md").read_text().splitlines()
-    assert table[0].startswith("| data (mean return) | arm |") and len(table) == 2 + 9
+    assert table[0].startswith("| data (mean return) | arm |") and len(table) == 2 + 1 + 2 * len(
+        data_arms
+    )
     png = (out / "curves.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     printed = capsys.readouterr()
     assert "making the datasets mixreplay/halfcheetah-weak-tiny-v0" in printed.out
     assert "OUTSIDE the recipe's range" in printed.out
-    assert "return-gated on weak, seed 0: 300 steps in" in printed.err
+    assert "proportional on weak, seed 0: 300 steps in" in printed.err
     summary = (out / "summary.txt").read_text()
     assert "made in this run from the policy at step" in summary and "load average" in summary
     # a second run reuses the datasets

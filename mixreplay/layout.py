@@ -9,7 +9,9 @@ few lines.
 A sampled batch never leaks the packing: :meth:`RowLayout.gather` reads each leaf
 with its own ``index_select`` from a strided typed view of the rows, and
 :meth:`RowLayout.copy_out` copies packed words (a mixing buffer's batch, a
-staging buffer moved to a device) into one new tensor per leaf. Each leaf of a
+staging buffer moved to a device) into one new tensor per leaf, all of them made
+by one ``torch._foreach_clone`` of the leaves' typed views (one dispatch for the
+whole batch; :meth:`RowLayout.copy_views` when the views are kept between batches). Each leaf of a
 batch owns its storage, as in a TorchRL batch: ``torch.save``, ``pickle``,
 multiprocessing queues, ``share_memory_()`` and ``resize_`` behave as users
 expect. :meth:`RowLayout.unpack` (typed views, no copy) is only for views of the
@@ -88,6 +90,7 @@ class RowLayout:
         self._tree = self._make_tree()
         self._unpack = self._compile_unpack(owned=False)
         self._copy_out = self._compile_unpack(owned=True)
+        self._copy_views = self._compile_copy_views()
         self._gather = self._compile_gather()
         # The strided per-leaf views of the last rows gathered from (dropped with them).
         self._columns: tuple[weakref.ref, tuple[torch.Tensor, ...]] | None = None
@@ -183,6 +186,17 @@ class RowLayout:
         """
         return self._copy_out(words, device)
 
+    def copy_views(
+        self, views: Sequence[torch.Tensor], batch_size: torch.Size, device: torch.device | None
+    ) -> TensorDict:
+        """:meth:`copy_out` of packed rows whose :meth:`split` views were kept: ``views``
+        (``split(words)``, ``[*batch_size, ...]`` each) copied into new tensors, one per leaf.
+
+        A buffer that reuses one packed scratch buffer keeps its views and saves their
+        making on every batch; the copies are those of :meth:`copy_out`.
+        """
+        return self._copy_views(views, batch_size, device)
+
     def gather(
         self, rows: torch.Tensor, index: torch.Tensor, device: torch.device | None = None
     ) -> TensorDict:
@@ -201,28 +215,34 @@ class RowLayout:
         return tuple(self.split(rows))
 
     def _leaf_exprs(self, owned: bool) -> tuple[dict[str, Any], list[str], dict[int, str]]:
-        env: dict[str, Any] = {"NEW": _new_td}
+        env: dict[str, Any] = {"NEW": _new_td, "CLONE": _clone_all, "EACH": _clone_each}
         lines: list[str] = []
         where = {}
         for gi, g in enumerate(self.groups):
             env[f"D{gi}"] = g.dtype
-            if owned:  # one new tensor per leaf: narrow_copy is one op (cheaper than split + clone)
-                lines.append(f"    v{gi} = words.view(D{gi})")
-                for fi in g.fields:
-                    f = self.fields[fi]
-                    col = self.offsets[fi] // f.dtype.itemsize
-                    where[fi] = f"v{gi}.narrow_copy(-1, {col}, {f.numel})"
-            else:
-                lines.append(f"    p{gi} = words.view(D{gi}).split_with_sizes({g.sizes!r}, -1)")
-                for fi, pi in zip(g.fields, g.parts):
-                    where[fi] = f"p{gi}[{pi}]"
+            lines.append(f"    p{gi} = words.view(D{gi}).split_with_sizes({g.sizes!r}, -1)")
+            for fi, pi in zip(g.fields, g.parts):
+                where[fi] = f"p{gi}[{pi}]"
         for fi, f in enumerate(self.fields):
-            # views of a leaf's own tensor when owned: they still own all of its storage
             if len(f.shape) == 0:
                 where[fi] += ".squeeze(-1)"
             elif len(f.shape) > 1:
                 where[fi] += f".unflatten(-1, {tuple(f.shape)!r})"
+        if owned:  # every leaf's typed view copied at once: one new tensor per leaf
+            views = ", ".join(where[fi] for fi in range(len(self.fields)))
+            lines.append(f"    L = (CLONE if len(bs) == 1 and bs[0] > 1 else EACH)([{views}])")
+            where = {fi: f"L[{fi}]" for fi in range(len(self.fields))}
         return env, lines, where
+
+    def _compile_copy_views(self):
+        """Straight-line code for :meth:`copy_views`."""
+        env: dict[str, Any] = {"NEW": _new_td, "CLONE": _clone_all, "EACH": _clone_each}
+        lines = [
+            "def copy_views(views, bs, device):",
+            "    L = (CLONE if len(bs) == 1 and bs[0] > 1 else EACH)(views)",
+        ]
+        where = {fi: f"L[{fi}]" for fi in range(len(self.fields))}
+        return self._compile_tree("copy_views", env, lines, where)
 
     def _compile_gather(self):
         """Straight-line code for :meth:`gather`: one ``index_select`` per leaf."""
@@ -356,6 +376,18 @@ class RowLayout:
             leaves = [v.detach() for v in leaves]
         self.write(leaves, self.group_views(dest))
         return dest
+
+
+def _clone_each(views: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    return [v.clone(memory_format=torch.contiguous_format) for v in views]
+
+
+# New contiguous tensors with the values of typed column views of packed rows, one dispatch
+# for all of them. Over two rows or more such a view is never dense unless it is contiguous
+# (a leaf's columns of row-major rows), so the strides the clone preserves are the
+# contiguous ones; zero or one row (where any stride is dense) goes to ``_clone_each``, as
+# everything does on a torch without ``_foreach_clone`` (tests/storages/test_layout_copies.py).
+_clone_all = getattr(torch, "_foreach_clone", _clone_each)
 
 
 def _rows_ref(rows: torch.Tensor, layout: RowLayout) -> weakref.ref:

@@ -19,7 +19,7 @@ from mixreplay.buffers.writer import RingWriter
 from mixreplay.errors import CheckpointError, EmptyBufferError
 from mixreplay.layout import new_tensordict
 from mixreplay.samplers import RandomSampler, Sampler
-from mixreplay.storages.base import Storage
+from mixreplay.storages.base import PackedStorage, Storage
 from mixreplay.storages.foreign import adapt_storage, looks_like_storage
 from mixreplay.storages.ring import LazyTensorStorage
 from mixreplay.transforms import Inverted, Transform
@@ -36,6 +36,34 @@ _NOTHING_WRITTEN = torch.zeros((0, 1), dtype=torch.long)
 
 # TorchRL's words first: code written against TorchRL matches on them
 EMPTY_MESSAGE = "Cannot sample from an empty storage: extend the buffer with rows first"
+
+
+def _uniform_drawer(
+    storage: PackedStorage,
+    general: Callable[[int, torch.Generator, torch.Tensor], torch.Tensor],
+) -> Callable[[int, torch.Generator, torch.Tensor], torch.Tensor]:
+    """``RandomSampler`` + ``PackedStorage.gather_into`` on the host, without their dispatch.
+
+    A generator on another device (or rows not yet allocated) goes to ``general``, the
+    buffer's own ``draw_into``, which handles or refuses it.
+    """
+    lock, randint, select = storage.lock, torch.randint, torch.index_select
+    host_generators: set[int] = set()
+
+    def draw(n: int, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
+        if id(generator) not in host_generators:
+            if generator.device.type != "cpu":
+                return general(n, generator, out)
+            host_generators.add(id(generator))
+        with lock:
+            size, rows = len(storage), storage._rows
+            if not size or rows is None:
+                return general(n, generator, out)
+            index = randint(size, (n,), generator=generator)
+            select(rows, 0, index, out=out)
+        return index
+
+    return draw
 
 
 def _eval(transform: Any) -> None:
@@ -395,6 +423,27 @@ class ReplayBuffer(BufferBase[Sampled]):
                 index = self._draw_exact(n, generator, index)
             storage.gather_into(index, out)
         return index
+
+    def packed_drawer(
+        self, out_device: torch.device
+    ) -> Callable[[int, torch.Generator, torch.Tensor], torch.Tensor]:
+        """What a mixing buffer's fast path draws with, for a packed output on ``out_device``.
+
+        :meth:`draw_into` in general; for the common case (uniform draws with replacement
+        from a packed storage in host memory, into host memory) a drawer that does exactly
+        what :meth:`draw_into` does there, with the sampler's and storage's dispatch
+        resolved once: the same ``randint`` on the same generator, the same rows.
+        """
+        storage = self._storage
+        if (
+            type(self._sampler) is RandomSampler
+            and isinstance(storage, PackedStorage)
+            and type(storage).gather_into is PackedStorage.gather_into
+            and storage.device.type == "cpu"
+            and out_device.type == "cpu"
+        ):
+            return _uniform_drawer(storage, self.draw_into)
+        return self.draw_into
 
     def _sample_now(self, n: int, info: bool) -> Sampled:
         """Draw, gather and transform one batch."""

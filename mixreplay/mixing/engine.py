@@ -48,6 +48,32 @@ SCHEMA_FIX = (
 )
 
 
+class _Scratch(NamedTuple):
+    """A fused batch's packed rows, kept for the next batch of the same split (host only)."""
+
+    layout: RowLayout
+    counts: list[int]
+    #: (source index, its rows of ``out``) for each source that gives rows
+    parts: list[tuple[int, torch.Tensor]]
+    #: the typed view of each leaf over ``out`` (``layout.split``), copied out per batch
+    views: list[torch.Tensor]
+    batch_size: torch.Size
+    host: bool
+
+    @classmethod
+    def make(cls, layout: RowLayout, counts: list[int], device: torch.device) -> _Scratch:
+        B = sum(counts)
+        out = torch.empty(B, layout.row_words, dtype=torch.int64, device=device)
+        parts, pos = [], 0
+        for i, k in enumerate(counts):
+            if k:
+                parts.append((i, out[pos : pos + k]))
+                pos += k
+        return cls(
+            layout, list(counts), parts, layout.split(out), torch.Size([B]), device.type == "cpu"
+        )
+
+
 class MixedDraw(NamedTuple):
     """One mixed batch, and what its ``info`` is built from (the prefetch queue holds these)."""
 
@@ -91,8 +117,9 @@ class MixingBuffer(BufferBase[MixedDraw]):
         self._layout: RowLayout | None = None  # the fast path's packed layout
         self._device = torch.device("cpu")
         self._fused = False  # every source gathers packed rows of one layout, untransformed
-        self._scratch: dict[int, tuple[RowLayout, list[int], torch.Tensor, list]] = {}
+        self._scratch: dict[int, _Scratch] = {}
         self._drawers: list[Callable[[int, torch.Generator, torch.Tensor], torch.Tensor]] = []
+        self._source_devices: list[torch.device | None] = []  # None: host rows
         self._fused_stamp = -1  # the sources' transforms when _fused was decided
         self._unit_size: int | None = None  # rows per sampling unit, once known
         self._distinct: tuple[int, ...] = ()
@@ -187,9 +214,15 @@ class MixingBuffer(BufferBase[MixedDraw]):
         first = layouts[0]
         self._fused = first is not None and all(lay == first for lay in layouts)
         self._layout = first if self._fused else None
-        self._drawers = [s.packed_drawer() for s in self._sources] if self._fused else []
         devices = [d for s in self._sources if (d := s.device) is not None]
         self._device = self._batch_device or (devices[-1] if devices else torch.device("cpu"))
+        self._drawers = (
+            [s.packed_drawer(self._device) for s in self._sources] if self._fused else []
+        )
+        # sources whose rows are on an accelerator draw with a generator there
+        self._source_devices = [
+            None if d is None or d.type == "cpu" else d for d in (s.device for s in self._sources)
+        ]
 
     # -- sampling --------------------------------------------------------------------------
 
@@ -323,22 +356,15 @@ class MixingBuffer(BufferBase[MixedDraw]):
             # buffer and its per-source parts are kept for the next batch of this split; taken
             # with an atomic pop, so two threads sampling at once never share it.
             kept = self._scratch.pop(0, None)
-            if kept is None or kept[0] is not layout or kept[1] != counts:
-                out = torch.empty(B, layout.row_words, dtype=torch.int64, device=self._device)
-                parts: list[torch.Tensor | None] = [None] * len(counts)
-                pos = 0
-                for i, k in enumerate(counts):
-                    if k:
-                        parts[i] = out[pos : pos + k]
-                        pos += k
-                kept = (layout, list(counts), out, parts)
-            out, parts = kept[2], kept[3]
-            for i, part in enumerate(parts):
-                if part is not None:
-                    gen = self._generator_for(self._sources[i].device)  # drawn where the rows are
-                    indices[i] = self._drawers[i](counts[i], gen, part)
-            batch: TensorDictBase = layout.copy_out(out, self._device)
-            if out.device.type == "cpu":  # elsewhere a copy may still be reading it
+            if kept is None or kept.layout is not layout or kept.counts != counts:
+                kept = _Scratch.make(layout, counts, self._device)
+            drawers, where, gen = self._drawers, self._source_devices, self._generator
+            for i, part in kept.parts:
+                # drawn where the rows are: the buffer's generator for host rows
+                g = gen if where[i] is None else self._generator_for(where[i])
+                indices[i] = drawers[i](counts[i], g, part)
+            batch: TensorDictBase = layout.copy_views(kept.views, kept.batch_size, self._device)
+            if kept.host:  # elsewhere a copy may still be reading it
                 self._scratch[0] = kept
         else:
             # a failed draw (a source's transform raising, say) is undone: retrying draws the same

@@ -158,9 +158,12 @@ class MixSource(abc.ABC):
         (``[n, W]``); return their indices. Only called when :meth:`packed_layout` is not ``None``."""
         raise NotImplementedError(f"{type(self).__name__} has no packed fast path")
 
-    def packed_drawer(self) -> Callable[[int, torch.Generator, torch.Tensor], torch.Tensor]:
-        """The callable the fast path draws with: :meth:`draw_into` itself, or what it forwards
-        to (looked up once per layout decision, not once per batch)."""
+    def packed_drawer(
+        self, out_device: torch.device
+    ) -> Callable[[int, torch.Generator, torch.Tensor], torch.Tensor]:
+        """The callable the fast path draws with into a packed output on ``out_device``:
+        :meth:`draw_into` itself, or what does the same (looked up once per layout
+        decision, not once per batch)."""
         return self.draw_into
 
     @abc.abstractmethod
@@ -312,8 +315,10 @@ class BufferSource(MixSource):
     def draw_into(self, n: int, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
         return self.buffer.draw_into(n, generator, out)
 
-    def packed_drawer(self) -> Callable[[int, torch.Generator, torch.Tensor], torch.Tensor]:
-        return self.buffer.draw_into
+    def packed_drawer(
+        self, out_device: torch.device
+    ) -> Callable[[int, torch.Generator, torch.Tensor], torch.Tensor]:
+        return self.buffer.packed_drawer(out_device)
 
     def draw(self, n: int, generator: torch.Generator) -> Drawn:
         rows, index = self.buffer.draw_rows(n, generator)

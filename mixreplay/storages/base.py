@@ -482,6 +482,11 @@ for _name, _way in UNSUPPORTED_STORAGE_METHODS.items():
     setattr(Storage, _name, _refused(_name, _way))
 
 
+# the largest packed gather kept for the next batch (a batch of 256 Hopper rows: 28 KiB)
+_GATHER_SCRATCH_BYTES = 1 << 20
+_GatherScratch = tuple[int, RowLayout, torch.Tensor, list[torch.Tensor], torch.Size]
+
+
 class PackedStorage(Storage):
     """Rows packed into one ``int64`` tensor ``[max_size, W]`` following a :class:`RowLayout`.
 
@@ -494,6 +499,8 @@ class PackedStorage(Storage):
     _rows: torch.Tensor | None
     _layout: RowLayout | None
     _fingerprint: tuple[tuple[int, int, int], str] | None = None
+    # (rows, layout, packed rows, their leaf views, batch size) of the last host gather
+    _gather_scratch: _GatherScratch | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -555,6 +562,18 @@ class PackedStorage(Storage):
             raise EmptyBufferError("cannot read rows from a storage that holds none")
         if index.device != rows.device:
             index = to_device(index, rows.device)
+        if rows.device.type == "cpu" and index.dim() == 1:
+            # One packed index_select into rows kept for the next batch of this size, then
+            # every leaf copied out at once (RowLayout.copy_views): three ops per batch.
+            n = index.shape[0]
+            kept = self._gather_scratch
+            if kept is None or kept[0] != n or kept[1] is not layout:
+                out = torch.empty(n, layout.row_words, dtype=torch.int64)
+                kept = (n, layout, out, layout.split(out), torch.Size([n]))
+                if n * layout.row_bytes <= _GATHER_SCRATCH_BYTES:
+                    self._gather_scratch = kept
+            torch.index_select(rows, 0, index, out=kept[2])
+            return layout.copy_views(kept[3], kept[4], self.device)
         return layout.gather(rows, index, self.device)
 
     def gather_to(self, index: torch.Tensor, device: torch.device) -> TensorDict:
@@ -577,6 +596,11 @@ class PackedStorage(Storage):
         out = torch.empty(staged.shape, dtype=torch.int64, device=device)
         move(staged, out)
         return layout.copy_out(out, device)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.pop("_gather_scratch", None)
+        return state
 
     def column(self, key: NestedKey) -> torch.Tensor:
         """A typed view ``[len, *shape]`` of one key over the filled rows (slot order).

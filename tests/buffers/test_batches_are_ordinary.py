@@ -280,6 +280,8 @@ def test_one_key_pickles_to_its_own_bytes(kind, tmp_path):
     total = sum(t.nbytes for _, t in leaves(batch))
     for key, t in leaves(batch):
         assert t.untyped_storage().nbytes() == t.nbytes, key
+        # as a TorchRL batch's leaves are: t.view(-1) works on every one
+        assert t.is_contiguous(), key
         size = len(pickle.dumps(t))
         # a pickled tensor's own header is well under 1 KiB
         assert size < t.nbytes + 1024, (key, size, t.nbytes, total)

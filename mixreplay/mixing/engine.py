@@ -207,6 +207,12 @@ class MixingBuffer(BufferBase[MixedDraw]):
         # versions only grow, so the sum changes whenever any transform changes
         return sum([s.transforms_version for s in self._sources]) + self._transform.version
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        # the fast path's drawers (closures) and scratch rows are rebuilt on the first draw
+        state.update(_fused=False, _fused_stamp=-1, _drawers=[], _scratch={})
+        return state
+
     def _refresh_layout(self) -> None:
         """Decide the fast path: every source gathers packed rows of one layout, untransformed."""
         self._fused_stamp = self._transforms_stamp()

@@ -283,9 +283,7 @@ class TensorStorage(PackedStorage):
             # that overwrite stored ones are packed into reused staging rows first and
             # committed with one copy per run of slots: a write that fails, however,
             # never leaves a torn row.
-            leaves = layout.leaves_of(data)
-            if any(v.requires_grad or v.device != self.device for v in leaves):
-                leaves = [v.detach().to(self.device) for v in leaves]
+            leaves = layout.leaves_on(data, self.device)
             with self.lock:
                 if self._layout is layout:
                     start = self._cursor
@@ -400,9 +398,10 @@ class TensorStorage(PackedStorage):
             scratch = self._scratch = (layout, zeros, {})
         views = scratch[2].get(n)
         if views is None:
-            views = layout.group_views(scratch[1][:n])
-            if n <= _SMALL_WRITE:  # an environment step's size: keep its views
-                scratch[2][n] = views
+            if n <= _SMALL_WRITE:  # an environment step's size: keep its views, one per leaf
+                views = scratch[2][n] = layout.leaf_views(scratch[1][:n])
+            else:
+                views = layout.group_views(scratch[1][:n])
         layout.write(leaves, views)
         return scratch[1][:n]
 

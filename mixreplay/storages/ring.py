@@ -433,6 +433,8 @@ class TensorStorage(PackedStorage):
         cursor, length, count = (start + n) % cap, min(cap, self._len + n), self._write_count + n
         # one statement without calls: an interrupt never moves one counter without the others
         self._cursor, self._len, self._write_count = cursor, length, count
+        if n == 1:  # an environment step: a new one-slot tensor is cheaper made by full
+            return torch.full((1,), start, dtype=torch.int64, device=self.device)
         index = torch.arange(start, start + n, device=self.device)
         return index if start + n <= cap else index % cap
 

@@ -285,6 +285,10 @@ class RowLayout:
         Raises:
             SchemaMismatchError: a key is missing or extra, or a dtype or shape differs.
         """
+        if type(td) is TensorDict and td.batch_dims == 1:
+            got = self._read_leaves(td._tensordict, td.batch_size[0])
+            # not None: the leaves; None: a mismatch or an unusual tree, checked generically
+            return got[0] if got is not None else self._leaves_generic(td)
         try:
             out = self._leaves_fast(td)
         except AttributeError:  # not a plain TensorDict all the way down
@@ -292,6 +296,26 @@ class RowLayout:
         if out is None:
             out = self._leaves_generic(td)
         return out
+
+    def leaves_on(self, td: TensorDictBase, device: torch.device) -> list[torch.Tensor]:
+        """:meth:`leaves_of`, detached and on ``device``: the values a write copies.
+
+        Raises:
+            SchemaMismatchError: a key is missing or extra, or a dtype or shape differs.
+        """
+        if type(td) is TensorDict and td.batch_dims == 1:
+            got = self._read_leaves(td._tensordict, td.batch_size[0])
+            if got is not None:
+                if got[1] and device.type == "cpu":  # no grad, all on the CPU already
+                    return got[0]
+                leaves = got[0]
+            else:
+                leaves = self.leaves_of(td)
+        else:
+            leaves = self.leaves_of(td)
+        if any(v.requires_grad or v.device != device for v in leaves):
+            leaves = [v.detach().to(device) for v in leaves]
+        return leaves
 
     def _leaves_fast(self, td: TensorDictBase) -> list[torch.Tensor] | None:
         root = td._tensordict
@@ -347,6 +371,10 @@ class RowLayout:
                 of the destination rows).
             rows: which rows of the leaves to copy (all by default).
         """
+        if rows is None and type(views) is GroupViews:
+            # one call copies every leaf (C++ all the way: an interrupt lands before or after)
+            torch._foreach_copy_(views.leaves, list(leaves))
+            return
         flat, width = self._flat, self._width
         for g, dest in zip(self.groups, views):
             parts = []
@@ -376,6 +404,73 @@ class RowLayout:
             leaves = [v.detach() for v in leaves]
         self.write(leaves, self.group_views(dest))
         return dest
+
+    def leaf_views(self, words: torch.Tensor) -> GroupViews:
+        """:meth:`group_views` of packed rows ``words`` that also carry one typed view per
+        leaf (``[n, *shape]``, ``self.fields`` order): :meth:`write` then copies every leaf
+        with one call. Worth it for destinations that are written many times (staging rows)."""
+        views = GroupViews(self.group_views(words))
+        per_leaf = []
+        for i, f in enumerate(self.fields):
+            col = self.offsets[i] // f.dtype.itemsize
+            typed = words.view(f.dtype)
+            if len(f.shape) == 0:
+                per_leaf.append(typed[:, col])
+            else:
+                per_leaf.append(typed[:, col : col + f.numel].unflatten(-1, tuple(f.shape)))
+        views.leaves = per_leaf
+        return views
+
+    def _read_leaves(self, root: dict, n: int) -> tuple[list[torch.Tensor], bool] | None:
+        """``(leaves, plain)`` of a plain TensorDict ``[n]`` (its ``_tensordict``) whose keys,
+        dtypes and shapes are exactly the schema's, ``plain`` when no leaf requires grad and
+        all are on the CPU; ``None`` for anything else (a mismatch, another TensorDict class
+        inside, a tensor subclass): :meth:`_leaves_generic` then decides.
+
+        Generated once per layout as straight-line code (:meth:`_compile_read_leaves`)."""
+        self._read_leaves = self._compile_read_leaves()  # type: ignore[method-assign]
+        return self._read_leaves(root, n)
+
+    def _compile_read_leaves(self):
+        env: dict[str, Any] = {"TD": TensorDict, "T": torch.Tensor}
+        lines = ["def read(r0, n):"]
+        nodes = iter(range(1, 1 << 30))
+        fetch: list[str] = []
+
+        def walk(tree: dict, var: str) -> None:
+            fetch.append(f"        if len({var}) != {len(tree)}: return None")
+            for name, item in tree.items():
+                if isinstance(item, int):
+                    fetch.append(f"        v{item} = {var}[{name!r}]")
+                else:
+                    sub = f"r{next(nodes)}"
+                    fetch.append(f"        {sub} = {var}[{name!r}]")
+                    fetch.append(f"        if type({sub}) is not TD: return None")
+                    fetch.append(f"        {sub} = {sub}._tensordict")
+                    walk(item, sub)
+
+        walk(self._tree, "r0")
+        lines += ["    try:", *fetch, "    except KeyError:", "        return None"]
+        k = range(len(self.fields))
+        for i, f in enumerate(self.fields):
+            env[f"D{i}"] = f.dtype
+        shapes = [repr(("n", *f.shape)).replace("'n'", "n") for f in self.fields]
+        lines.append(f"    if {' or '.join(f'type(v{i}) is not T' for i in k)}: return None")
+        lines.append(f"    if {' or '.join(f'v{i}.dtype is not D{i}' for i in k)}: return None")
+        lines.append(f"    if {' or '.join(f'v{i}.shape != {shapes[i]}' for i in k)}: return None")
+        leaves = ", ".join(f"v{i}" for i in k)
+        grad = " or ".join(f"v{i}.requires_grad" for i in k)
+        cpu = " and ".join(f"v{i}.is_cpu" for i in k)
+        lines.append(f"    return [{leaves}], not ({grad}) and ({cpu})")
+        exec("\n".join(lines), env)  # noqa: S102 - code built from validated key strings
+        return env["read"]
+
+
+class GroupViews(list):
+    """Per dtype group, typed destination columns (:meth:`RowLayout.group_views`), with
+    per-leaf views of the same rows in ``leaves`` (:meth:`RowLayout.leaf_views`)."""
+
+    leaves: list[torch.Tensor]
 
 
 def _clone_each(views: Sequence[torch.Tensor]) -> list[torch.Tensor]:

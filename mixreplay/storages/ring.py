@@ -283,9 +283,7 @@ class TensorStorage(PackedStorage):
             # that overwrite stored ones are packed into reused staging rows first and
             # committed with one copy per run of slots: a write that fails, however,
             # never leaves a torn row.
-            leaves = layout.leaves_of(data)
-            if any(v.requires_grad or v.device != self.device for v in leaves):
-                leaves = [v.detach().to(self.device) for v in leaves]
+            leaves = layout.leaves_on(data, self.device)
             with self.lock:
                 if self._layout is layout:
                     start = self._cursor
@@ -400,9 +398,10 @@ class TensorStorage(PackedStorage):
             scratch = self._scratch = (layout, zeros, {})
         views = scratch[2].get(n)
         if views is None:
-            views = layout.group_views(scratch[1][:n])
-            if n <= _SMALL_WRITE:  # an environment step's size: keep its views
-                scratch[2][n] = views
+            if n <= _SMALL_WRITE:  # an environment step's size: keep its views, one per leaf
+                views = scratch[2][n] = layout.leaf_views(scratch[1][:n])
+            else:
+                views = layout.group_views(scratch[1][:n])
         layout.write(leaves, views)
         return scratch[1][:n]
 
@@ -434,6 +433,8 @@ class TensorStorage(PackedStorage):
         cursor, length, count = (start + n) % cap, min(cap, self._len + n), self._write_count + n
         # one statement without calls: an interrupt never moves one counter without the others
         self._cursor, self._len, self._write_count = cursor, length, count
+        if n == 1:  # an environment step: a new one-slot tensor is cheaper made by full
+            return torch.full((1,), start, dtype=torch.int64, device=self.device)
         index = torch.arange(start, start + n, device=self.device)
         return index if start + n <= cap else index % cap
 

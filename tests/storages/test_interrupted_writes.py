@@ -145,6 +145,9 @@ def _check_every_boundary(kind, tmp_path, case):
         assert _same(_visible(s), expected), f"interrupted at boundary {k}, then retried"
 
 
+# heavy: every call boundary of an extend, one full garbage collection each; a memmap case took
+# ~75 s alone on the shared 2-core machine (load ~7), far past the default run's ~5 s per test
+@pytest.mark.heavy
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("kind", ["memory", "memmap"])
 def test_an_interrupted_write_tears_nothing_and_a_retry_completes_it(kind, tmp_path, case):
@@ -152,6 +155,7 @@ def test_an_interrupted_write_tears_nothing_and_a_retry_completes_it(kind, tmp_p
     assert boundaries > 20  # the interrupt really landed all through the write
 
 
+@pytest.mark.heavy  # the same walk over every call boundary as the test above
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,  # a torn row, or a retry that does not complete the write

@@ -1,4 +1,4 @@
-"""Shared fixtures: every data root goes to a temp dir; TED rows tagged by source."""
+"""Shared fixtures: every data root goes to a temp dir (helpers, ted_rows included, are in helpers.py)."""
 
 from __future__ import annotations
 
@@ -29,8 +29,9 @@ _private_dir("TORCHINDUCTOR_CACHE_DIR", "mixreplay-tests-inductor-")
 # Imported after the environment above is set: importing torch and tensordict already
 # creates torch's compiler cache directory.
 import pytest  # noqa: E402
-import torch  # noqa: E402
-from tensordict import TensorDict  # noqa: E402
+
+# ted_rows lives in the helpers module; test modules that import it from here still work
+from tests.helpers import ted_rows  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -83,32 +84,6 @@ def _restored_dataset_registry():
     yield
     _DATASET_REGISTRY.clear()
     _DATASET_REGISTRY.update(saved)
-
-
-def ted_rows(
-    n: int, tag: float = 0.0, *, obs_dim: int = 3, act_dim: int = 2, seed: int = 0
-) -> TensorDict:
-    """``n`` transitions in TorchRL's TED layout; every float leaf of row ``i`` encodes ``tag`` and ``i``."""
-    g = torch.Generator().manual_seed(seed)
-    i = torch.arange(n, dtype=torch.float32).unsqueeze(-1)
-    flags = torch.rand(n, 1, generator=g) < 0.1
-    return TensorDict(
-        {
-            "observation": tag + 0 * torch.ones(n, obs_dim) + i / 1e6,
-            "action": torch.full((n, act_dim), tag),
-            "done": torch.zeros(n, 1, dtype=torch.bool),
-            "terminated": torch.zeros(n, 1, dtype=torch.bool),
-            "truncated": torch.zeros(n, 1, dtype=torch.bool),
-            "next": {
-                "observation": tag + torch.ones(n, obs_dim) + i / 1e6,
-                "reward": i.clone(),
-                "done": flags,
-                "terminated": flags.clone(),
-                "truncated": torch.zeros(n, 1, dtype=torch.bool),
-            },
-        },
-        batch_size=[n],
-    )
 
 
 @pytest.fixture

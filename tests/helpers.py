@@ -1,5 +1,5 @@
-"""Helpers shared by the test modules: rows that encode their id, state comparisons, Hopper-shaped
-rows and the online ring of a Ray-hosted buffer.
+"""Helpers shared by the test modules: TED rows tagged by source, rows that encode their id, state
+comparisons, Hopper-shaped rows and the online ring of a Ray-hosted buffer.
 
 The one helpers module of the suite (fixtures live in the ``conftest.py`` files). The Ray tests
 register it with ``ray.cloudpickle.register_pickle_by_value`` so that workers, which cannot
@@ -18,6 +18,32 @@ from mixreplay.layout import RowLayout
 from mixreplay.schema import Schema
 
 OFFLINE_BASE = -1000  # offline row i has id OFFLINE_BASE + i; online ids count from 0
+
+
+def ted_rows(
+    n: int, tag: float = 0.0, *, obs_dim: int = 3, act_dim: int = 2, seed: int = 0
+) -> TensorDict:
+    """``n`` transitions in TorchRL's TED layout; every float leaf of row ``i`` encodes ``tag`` and ``i``."""
+    g = torch.Generator().manual_seed(seed)
+    i = torch.arange(n, dtype=torch.float32).unsqueeze(-1)
+    flags = torch.rand(n, 1, generator=g) < 0.1
+    return TensorDict(
+        {
+            "observation": tag + 0 * torch.ones(n, obs_dim) + i / 1e6,
+            "action": torch.full((n, act_dim), tag),
+            "done": torch.zeros(n, 1, dtype=torch.bool),
+            "terminated": torch.zeros(n, 1, dtype=torch.bool),
+            "truncated": torch.zeros(n, 1, dtype=torch.bool),
+            "next": {
+                "observation": tag + torch.ones(n, obs_dim) + i / 1e6,
+                "reward": i.clone(),
+                "done": flags,
+                "terminated": flags.clone(),
+                "truncated": torch.zeros(n, 1, dtype=torch.bool),
+            },
+        },
+        batch_size=[n],
+    )
 
 
 def id_rows(start: int, n: int) -> TensorDict:

@@ -7,14 +7,19 @@ not an ordinary batch (``torch.save`` refuses it; one key carries every key's by
 fraction 0.5) with each candidate layout, against TorchRL's same buffers, in one process,
 alternating, best of several rounds:
 
-- ``per_key`` (what mixreplay does): every leaf its own tensor: packed words gathered with
-  one ``index_select`` per source, then each leaf copied out (``RowLayout.copy_out``);
-- ``per_key_sel``: every leaf its own tensor, read with its own ``index_select`` from a
-  strided typed view of the stored rows (``RowLayout.gather``) - plain buffer only;
-- ``per_group``: one ``index_select`` per dtype group, leaves are views of their group's
-  tensor (``torch.save`` works; a key still carries its group's bytes) - plain buffer only;
-- ``packed``: one ``index_select`` of packed words, leaves are views of several dtypes over
-  it (mixreplay before this change).
+- ``per_key`` (what mixreplay does): every leaf its own contiguous tensor: packed words
+  gathered with one ``index_select`` per source into rows kept between batches, then every leaf
+  copied out of them in one dispatch (``torch._foreach_clone`` of the leaves' kept typed views:
+  ``RowLayout.copy_views``; the plain buffer's ``PackedStorage.gather_unlocked``);
+- ``per_key_each`` (mixed) / ``per_key_copy`` (plain): every leaf its own tensor, one clone per
+  leaf (mixed; the cost of the earlier ``narrow_copy`` per leaf) / a fresh packed gather copied
+  out with ``RowLayout.copy_out`` (plain);
+- ``per_key_sel`` (plain): every leaf its own tensor, read with its own ``index_select`` from a
+  strided typed view of the stored rows (``RowLayout.gather``, what device storages do);
+- ``per_group``: one new tensor per dtype group, leaves are views of their group's tensor
+  (``torch.save`` works; a key carries its group's bytes; leaves are not contiguous);
+- ``packed``: leaves are views of several dtypes over the packed words (mixreplay before
+  issue 19: ``torch.save`` refuses the batch).
 
 The other layouts are put in place on the buffers' storage and layout objects (instance
 attributes) for the timing only.
@@ -57,6 +62,21 @@ def per_group(layout):
         return _build(layout._tree, leaves, torch.Size([n]), device)
 
     return gather
+
+
+def per_group_copy(layout, words, device=None):
+    """Packed words as one new tensor per dtype group; its leaves are views of it."""
+    from mixreplay.layout import _build
+
+    n = words.shape[0]
+    leaves: list = [None] * len(layout.fields)
+    for g in layout.groups:
+        part = words.view(g.dtype).narrow_copy(-1, g.start, g.stop - g.start)
+        sizes = [layout.fields[i].numel for i in g.fields]
+        for fi, t in zip(g.fields, part.split(sizes, 1)):
+            shape = layout.fields[fi].shape
+            leaves[fi] = t if len(shape) == 1 else t.reshape(n, *shape)
+    return _build(layout._tree, leaves, torch.Size([n]), device)
 
 
 def per_key_select(layout):
@@ -117,20 +137,38 @@ def main(argv=None) -> dict:
 
     layout = m_rb.storage.layout
     mix_layout = m_o2o._layout
-    plain = {
-        "per_key": per_key_copy(layout),
-        "per_key_sel": per_key_select(layout),
-        "per_group": per_group(layout),
-        "packed": packed(layout),
-    }
-    mixed = {"per_key": mix_layout.copy_out, "packed": mix_layout.unpack}
     storage = m_rb.storage
     rows_ = storage._rows
 
     def bind(fn):
         return lambda index: fn(rows_, index, storage.device)
 
-    plain_gather = {name: bind(fn) for name, fn in plain.items()}
+    plain_gather = {
+        "per_key": lambda index: type(storage).gather_unlocked(storage, index),
+        "per_key_copy": bind(per_key_copy(layout)),
+        "per_key_sel": bind(per_key_select(layout)),
+        "per_group": bind(per_group(layout)),
+        "packed": bind(packed(layout)),
+    }
+    plain = plain_gather
+
+    from mixreplay.layout import _build, _clone_each
+
+    # the mixing buffer copies its batch out of kept packed rows through their kept leaf views
+    def words_of(views):
+        return views[0]._base  # every view is a typed view of the packed int64 rows
+
+    def mixed_group(views, bs, device):
+        return per_group_copy(mix_layout, words_of(views), device)
+
+    mixed = {
+        "per_key": type(mix_layout).copy_views.__get__(mix_layout),
+        "per_key_each": lambda views, bs, device: _build(
+            mix_layout._tree, _clone_each(views), bs, device
+        ),
+        "per_group": mixed_group,
+        "packed": lambda views, bs, device: mix_layout.unpack(words_of(views), device),
+    }
 
     def with_plain(name):
         def run():
@@ -144,11 +182,11 @@ def main(argv=None) -> dict:
 
     def with_mixed(name):
         def run():
-            mix_layout.copy_out = mixed[name]
+            mix_layout.copy_views = mixed[name]
             try:
                 return m_o2o.sample(256)
             finally:
-                del mix_layout.copy_out
+                del mix_layout.copy_views
 
         return run
 
@@ -172,7 +210,8 @@ def main(argv=None) -> dict:
         f"row {m_rb.storage.row_bytes} bytes packed, load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}"
     )
     print(f"{'buffer':<8}{'layout':<11}{'sample(256) µs':>16}{'× TorchRL':>11}{'owns':>7}")
-    owns = {"per_key": "yes", "per_key_sel": "yes", "per_group": "no", "packed": "no"}
+    owns = {"per_key": "yes", "per_key_sel": "yes", "per_key_copy": "yes", "per_key_each": "yes"}
+    owns.update(per_group="no", packed="no")
     owns["torchrl"] = "yes"
     for buf, row in res.items():
         t = row["torchrl"]

@@ -48,6 +48,7 @@ def _uniform_drawer(
     buffer's own ``draw_into``, which handles or refuses it.
     """
     lock, randint, select = storage.lock, torch.randint, torch.index_select
+    host = torch.device("cpu")
     host_generators: set[int] = set()
 
     def draw(n: int, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
@@ -59,7 +60,8 @@ def _uniform_drawer(
             size, rows = len(storage), storage._rows
             if not size or rows is None:
                 return general(n, generator, out)
-            index = randint(size, (n,), generator=generator)
+            # on the host as RandomSampler draws it, whatever torch's default device
+            index = randint(size, (n,), generator=generator, device=host)
             select(rows, 0, index, out=out)
         return index
 

@@ -568,7 +568,8 @@ class PackedStorage(Storage):
             n = index.shape[0]
             kept = self._gather_scratch
             if kept is None or kept[0] != n or kept[1] is not layout:
-                out = torch.empty(n, layout.row_words, dtype=torch.int64)
+                # on the rows' device, not the default one (torch.set_default_device)
+                out = torch.empty(n, layout.row_words, dtype=torch.int64, device=rows.device)
                 kept = (n, layout, out, layout.split(out), torch.Size([n]))
                 if n * layout.row_bytes <= _GATHER_SCRATCH_BYTES:
                     self._gather_scratch = kept

@@ -1,0 +1,57 @@
+"""Review of the hot-path changes (host gather scratch, uniform drawer): torch's default
+device (``torch.set_default_device`` / ``with torch.device(...)``, common in GPU learners)
+must not move what the library allocates for host rows. ``meta`` stands in for ``cuda``
+here so the tests run on a CPU-only machine."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from tensordict import TensorDict
+
+from mixreplay import LazyTensorStorage, ReplayBuffer
+
+
+def rows(n: int, seed: int = 0) -> TensorDict:
+    g = torch.Generator().manual_seed(seed)
+    return TensorDict(
+        {"obs": torch.randn(n, 3, generator=g), "r": torch.randn(n, generator=g)}, batch_size=[n]
+    )
+
+
+def test_sample_ignores_the_default_device():
+    rb = ReplayBuffer(storage=LazyTensorStorage(100), generator=0)
+    rb.extend(rows(30))
+    want = copy.deepcopy(rb).sample(8)
+    with torch.device("meta"):
+        got = rb.sample(8)
+    assert got["obs"].device.type == "cpu"
+    assert (got == want).all()
+
+
+def test_storage_gather_ignores_the_default_device():
+    st = LazyTensorStorage(100)
+    st.extend(rows(30))
+    index = torch.tensor([3, 1, 29, 3])
+    want = st.gather(index)
+    st._gather_scratch = None  # made under the context below
+    with torch.device("meta"):
+        got = st.gather(index)
+    assert got["r"].device.type == "cpu"
+    assert (got == want).all()
+
+
+def test_uniform_drawer_draws_on_the_host_whatever_the_default_device():
+    rb = ReplayBuffer(storage=LazyTensorStorage(100), generator=0)
+    rb.extend(rows(30))
+    W = rb.storage._layout.row_words
+    drawer = rb.packed_drawer(torch.device("cpu"))
+    want_out = torch.empty(6, W, dtype=torch.int64)
+    want = rb.draw_into(6, torch.Generator().manual_seed(5), want_out)
+    out = torch.empty(6, W, dtype=torch.int64)
+    with torch.device("meta"):
+        got = drawer(6, torch.Generator().manual_seed(5), out)
+    assert got.device.type == "cpu"
+    assert torch.equal(got, want)
+    assert torch.equal(out, want_out)

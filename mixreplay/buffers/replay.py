@@ -49,13 +49,14 @@ def _uniform_drawer(
     """
     lock, randint, select = storage.lock, torch.randint, torch.index_select
     host = torch.device("cpu")
-    host_generators: set[int] = set()
+    # the last generator seen on the host (held, so its identity cannot pass to another)
+    checked: list[torch.Generator | None] = [None]
 
     def draw(n: int, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
-        if id(generator) not in host_generators:
+        if generator is not checked[0]:
             if generator.device.type != "cpu":
                 return general(n, generator, out)
-            host_generators.add(id(generator))
+            checked[0] = generator
         with lock:
             size, rows = len(storage), storage._rows
             if not size or rows is None:

@@ -300,27 +300,27 @@ def test_a_host_only_checkpoint_seeds_the_device_generator_as_the_saving_buffer_
         same(restored.sample(B), rb.sample(B))
 
 
-@needs_cuda
-def test_mixing_draws_the_device_source_on_its_device():
-    off = ReplayBuffer(storage=LazyTensorStorage(300))
-    off.extend(rows(300, seed=1))
+def _host_and_cuda_mixer(off: ReplayBuffer, generator: int) -> OfflineToOnlineReplayBuffer:
+    """Host offline rows, 100 online rows in a CUDA ring."""
     rb = OfflineToOnlineReplayBuffer(
         off,
         online_storage=LazyTensorStorage(200, device="cuda"),
         offline_fraction=0.5,
-        generator=0,
+        generator=generator,
     )
     rb.extend(rows(100, seed=2))
+    return rb
+
+
+@needs_cuda
+def test_mixing_draws_the_device_source_on_its_device():
+    off = ReplayBuffer(storage=LazyTensorStorage(300))
+    off.extend(rows(300, seed=1))
+    rb = _host_and_cuda_mixer(off, generator=0)
     rb.sample(B)
     state = rb.state_dict()
     assert list(state["device_generators"]) == ["cuda:0"]
-    twin = OfflineToOnlineReplayBuffer(
-        off,
-        online_storage=LazyTensorStorage(200, device="cuda"),
-        offline_fraction=0.5,
-        generator=9,
-    )
-    twin.extend(rows(100, seed=2))
+    twin = _host_and_cuda_mixer(off, generator=9)
     twin.load_state_dict(state)
     for _ in range(3):
         same(twin.sample(B), rb.sample(B))

@@ -105,31 +105,34 @@ def test_a_missing_dataset_is_one_line(tmp_path, capsys):
 
 
 def test_bars_show_each_run_its_own_time():
-    """Two runs side by side and one that never starts: each bar's clock is its own run's.
+    """Two runs side by side and one that never starts: each bar charges to its run the
+    readings of the clock between that run's start and finish.
 
-    No real time is read: the bars take an injected clock that this test moves by hand, so
-    it checks which run each second is charged to, not how long anything takes."""
-    now = [100.0]  # the injected clock's reading
+    No real time is read: the bars take an injected clock whose readings this test sets by
+    hand (the constants below), so what is checked is the bookkeeping between readings."""
+    a_starts, b_starts, a_ends, redraw, b_ends, demo_ends = 100, 102, 105, 109, 109, 200
+    reading = [float(a_starts)]
     out = io.StringIO()
-    bars = RunBars(["a", "b", "c"], [10, 10, 10], file=out, clock=lambda: now[0])
-    assert [bar.elapsed_s for bar in bars.bars] == [0.0, 0.0, 0.0]
-    assert "queued" in str(bars.bars[0])
+    bars = RunBars(["a", "b", "c"], [10, 10, 10], file=out, clock=lambda: reading[0])
+    a, b, c = bars.bars
+    assert (a.elapsed_s, b.elapsed_s, c.elapsed_s) == (0, 0, 0)  # nothing charged before a start
+    assert "queued" in str(a)
     bars.start(0)
-    now[0] = 102.0
+    reading[0] = b_starts
     bars.start(1)
     bars.advance(0, 10)
-    now[0] = 105.0
+    reading[0] = a_ends
     bars.finish(0)
     bars.advance(1, 4)
-    now[0] = 109.0
+    reading[0] = redraw
     bars.tick()
-    assert bars.bars[1].elapsed_s == 109.0 - 102.0  # running: charged from its own start
+    assert b.elapsed_s == redraw - b_starts  # running: charged from its own start, not a's
     bars.advance(1, 6)
     bars.finish(1)
-    now[0] = 200.0  # the demo ends much later
-    assert [bar.elapsed_s for bar in bars.bars] == [5.0, 7.0, 0.0]
-    assert "queued" not in str(bars.bars[0]) and "queued" in str(bars.bars[2])
+    reading[0] = demo_ends  # the demo ends much later: finished bars stop at their finish
+    assert (a.elapsed_s, b.elapsed_s, c.elapsed_s) == (a_ends - a_starts, b_ends - b_starts, 0)
     lines = [str(bar) for bar in bars.bars]
+    # tqdm shows the charged span (5 and 7 readings) and a's rate over it (10 steps / 5)
     assert "10/10 [00:05<00:00" in lines[0] and "2.00 steps/s" in lines[0]
     assert "10/10 [00:07<00:00" in lines[1]
     assert "0/10 [00:00<?" in lines[2]
@@ -137,6 +140,7 @@ def test_bars_show_each_run_its_own_time():
 
 
 def test_lines_in_a_log_show_each_run_its_own_time():
+    """The log lines read an injected clock set by hand: the seconds shown are its readings."""
     now = [0.0]
     out = io.StringIO()
     lines = RunLines(["a, seed 0", "b, seed 0"], [10, 10], file=out, clock=lambda: now[0])

@@ -285,17 +285,9 @@ class RowLayout:
         Raises:
             SchemaMismatchError: a key is missing or extra, or a dtype or shape differs.
         """
-        if type(td) is TensorDict and td.batch_dims == 1:
-            got = self._read_leaves(td._tensordict, td.batch_size[0])
-            # not None: the leaves; None: a mismatch or an unusual tree, checked generically
-            return got[0] if got is not None else self._leaves_generic(td)
-        try:
-            out = self._leaves_fast(td)
-        except AttributeError:  # not a plain TensorDict all the way down
-            out = None
-        if out is None:
-            out = self._leaves_generic(td)
-        return out
+        got = self._read_plain(td)
+        # not None: the leaves; None: a mismatch or an unusual tree, checked generically
+        return got[0] if got is not None else self._leaves_generic(td)
 
     def leaves_on(self, td: TensorDictBase, device: torch.device) -> list[torch.Tensor]:
         """:meth:`leaves_of`, detached and on ``device``: the values a write copies.
@@ -303,35 +295,19 @@ class RowLayout:
         Raises:
             SchemaMismatchError: a key is missing or extra, or a dtype or shape differs.
         """
-        if type(td) is TensorDict and td.batch_dims == 1:
-            got = self._read_leaves(td._tensordict, td.batch_size[0])
-            if got is not None:
-                if got[1] and device.type == "cpu":  # no grad, all on the CPU already
-                    return got[0]
-                leaves = got[0]
-            else:
-                leaves = self.leaves_of(td)
-        else:
-            leaves = self.leaves_of(td)
+        got = self._read_plain(td)
+        if got is not None and got[1] and device.type == "cpu":  # no grad, on the CPU already
+            return got[0]
+        leaves = got[0] if got is not None else self._leaves_generic(td)
         if any(v.requires_grad or v.device != device for v in leaves):
             leaves = [v.detach().to(device) for v in leaves]
         return leaves
 
-    def _leaves_fast(self, td: TensorDictBase) -> list[torch.Tensor] | None:
-        root = td._tensordict
-        n_batch = td.batch_dims
-        out = []
-        for f in self.fields:
-            node = root
-            for p in f.key[:-1]:
-                node = node[p]._tensordict if p in node else {}
-            v = node.get(f.key[-1])
-            if v is None or v.dtype != f.dtype or v.shape[n_batch:] != f.shape:
-                self._raise_mismatch(td)
-            out.append(v)
-        if _count_leaves(root) != len(self.fields):
-            return None  # extra keys, or nodes we cannot count cheaply: check generically
-        return out
+    def _read_plain(self, td: TensorDictBase) -> tuple[list[torch.Tensor], bool] | None:
+        """:meth:`_read_leaves` of a plain ``[n]`` TensorDict; ``None`` for anything else."""
+        if type(td) is TensorDict and td.batch_dims == 1:
+            return self._read_leaves(td._tensordict, td.batch_size[0])
+        return None
 
     def _leaves_generic(self, td: TensorDictBase) -> list[torch.Tensor]:
         got = Schema.from_tensordict(td, batch_dims=td.batch_dims)
@@ -371,10 +347,6 @@ class RowLayout:
                 of the destination rows).
             rows: which rows of the leaves to copy (all by default).
         """
-        if rows is None and type(views) is GroupViews:
-            # one call copies every leaf (C++ all the way: an interrupt lands before or after)
-            torch._foreach_copy_(views.leaves, list(leaves))
-            return
         flat, width = self._flat, self._width
         for g, dest in zip(self.groups, views):
             parts = []
@@ -405,21 +377,12 @@ class RowLayout:
         self.write(leaves, self.group_views(dest))
         return dest
 
-    def leaf_views(self, words: torch.Tensor) -> GroupViews:
-        """:meth:`group_views` of packed rows ``words`` that also carry one typed view per
-        leaf (``[n, *shape]``, ``self.fields`` order): :meth:`write` then copies every leaf
-        with one call. Worth it for destinations that are written many times (staging rows)."""
-        views = GroupViews(self.group_views(words))
-        per_leaf = []
-        for i, f in enumerate(self.fields):
-            col = self.offsets[i] // f.dtype.itemsize
-            typed = words.view(f.dtype)
-            if len(f.shape) == 0:
-                per_leaf.append(typed[:, col])
-            else:
-                per_leaf.append(typed[:, col : col + f.numel].unflatten(-1, tuple(f.shape)))
-        views.leaves = per_leaf
-        return views
+    def write_leaves(self, leaves: Sequence[torch.Tensor], views: Sequence[torch.Tensor]) -> None:
+        """Copy ``leaves`` (from :meth:`leaves_of`) into ``views``, the per-leaf typed views
+        of the destination rows (:meth:`split`), all in one call (C++ all the way: an
+        interrupt lands before or after it). Worth it where the views are kept: the
+        staging rows of small writes."""
+        torch._foreach_copy_(list(views), list(leaves))
 
     def _read_leaves(self, root: dict, n: int) -> tuple[list[torch.Tensor], bool] | None:
         """``(leaves, plain)`` of a plain TensorDict ``[n]`` (its ``_tensordict``) whose keys,
@@ -466,13 +429,6 @@ class RowLayout:
         return env["read"]
 
 
-class GroupViews(list):
-    """Per dtype group, typed destination columns (:meth:`RowLayout.group_views`), with
-    per-leaf views of the same rows in ``leaves`` (:meth:`RowLayout.leaf_views`)."""
-
-    leaves: list[torch.Tensor]
-
-
 def _clone_each(views: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return [v.clone(memory_format=torch.contiguous_format) for v in views]
 
@@ -497,18 +453,6 @@ def _rows_ref(rows: torch.Tensor, layout: RowLayout) -> weakref.ref:
             lay._columns = None
 
     return weakref.ref(rows, forget)
-
-
-def _count_leaves(node: dict) -> int:
-    n = 0
-    for v in node.values():
-        if isinstance(v, torch.Tensor):
-            n += 1
-        elif type(v) is TensorDict:
-            n += _count_leaves(v._tensordict)
-        else:  # a non-tensor leaf or another TensorDict class: let the generic check decide
-            return -1
-    return n
 
 
 def _build(tree: dict, leaves: list, batch_size: torch.Size, device) -> TensorDict:

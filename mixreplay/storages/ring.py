@@ -396,13 +396,13 @@ class TensorStorage(PackedStorage):
             size = min(limit, max(_SMALL_WRITE, 1 << (n - 1).bit_length()))
             zeros = torch.zeros(size, layout.row_words, dtype=torch.int64, device=self.device)
             scratch = self._scratch = (layout, zeros, {})
+        if n > _SMALL_WRITE:
+            layout.write(leaves, layout.group_views(scratch[1][:n]))
+            return scratch[1][:n]
         views = scratch[2].get(n)
-        if views is None:
-            if n <= _SMALL_WRITE:  # an environment step's size: keep its views, one per leaf
-                views = scratch[2][n] = layout.leaf_views(scratch[1][:n])
-            else:
-                views = layout.group_views(scratch[1][:n])
-        layout.write(leaves, views)
+        if views is None:  # an environment step's size: keep its views, one per leaf
+            views = scratch[2][n] = layout.split(scratch[1][:n])
+        layout.write_leaves(leaves, views)
         return scratch[1][:n]
 
     def _commit(self, words: torch.Tensor, n: int) -> torch.Tensor:

@@ -49,16 +49,21 @@ def test_a_write_that_fails_midway_tears_no_row_in_a_full_ring(kind, tmp_path, m
     s = LazyTensorStorage(4) if kind == "memory" else LazyMemmapStorage(4, scratch_dir=tmp_path)
     s.extend(ted_rows(6))  # full and wrapped: the next write overwrites slot 2
     before = _snapshot(s)
-    original = RowLayout.write
+    original, original_leaves = RowLayout.write, RowLayout.write_leaves
 
     def fail_after_first_group(self, leaves, views, rows=None):
         original(self, leaves, views[:1], rows)
         raise RuntimeError("simulated failure half way through packing")
 
+    def fail_after_first_leaf(self, leaves, views):  # small writes copy leaf by leaf
+        original_leaves(self, leaves[:1], views[:1])
+        raise RuntimeError("simulated failure half way through packing")
+
     monkeypatch.setattr(RowLayout, "write", fail_after_first_group)
+    monkeypatch.setattr(RowLayout, "write_leaves", fail_after_first_leaf)
     with pytest.raises(RuntimeError, match="half way"):
         s.extend(ted_rows(1, tag=9.0))
-    monkeypatch.setattr(RowLayout, "write", original)
+    monkeypatch.undo()
     _same(before, _snapshot(s))
     assert float(s[:]["observation"].max()) < 9.0  # no slot holds a piece of the refused row
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -185,6 +185,12 @@ class RowLayout:
         on ``words``' device: one ``narrow_copy`` per leaf, issued without waiting on a device.
         """
         return self._copy_out(words, device)
+
+    def new_rows(self, n: int, device: torch.device) -> PackedRows:
+        """Uninitialised packed rows ``[n, W]`` on ``device`` with their :meth:`split` views,
+        for a buffer that gathers into them again and again (:meth:`copy_views`)."""
+        words = torch.empty(n, self.row_words, dtype=torch.int64, device=device)
+        return PackedRows(words, self.split(words), torch.Size([n]))
 
     def copy_views(
         self, views: Sequence[torch.Tensor], batch_size: torch.Size, device: torch.device | None
@@ -427,6 +433,15 @@ class RowLayout:
         lines.append(f"    return [{leaves}], not ({grad}) and ({cpu})")
         exec("\n".join(lines), env)  # noqa: S102 - code built from validated key strings
         return env["read"]
+
+
+class PackedRows(NamedTuple):
+    """Packed rows kept for reuse (:meth:`RowLayout.new_rows`)."""
+
+    words: torch.Tensor
+    #: the typed view of each leaf over ``words`` (:meth:`RowLayout.split`)
+    views: list[torch.Tensor]
+    batch_size: torch.Size
 
 
 def _clone_each(views: Sequence[torch.Tensor]) -> list[torch.Tensor]:

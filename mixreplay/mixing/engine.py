@@ -29,7 +29,7 @@ from tensordict import TensorDict, TensorDictBase
 from mixreplay._state import Plan
 from mixreplay.buffers.base import BufferBase
 from mixreplay.errors import CheckpointError, EmptyBufferError, PriorityError, SchemaMismatchError
-from mixreplay.layout import RowLayout, new_tensordict
+from mixreplay.layout import PackedRows, RowLayout, new_tensordict
 from mixreplay.mixing.source import MixSource, strip_bookkeeping
 from mixreplay.schema import NestedKey, Schema, format_key, normalize_key
 from mixreplay.storages.base import check_rows
@@ -53,25 +53,19 @@ class _Scratch(NamedTuple):
 
     layout: RowLayout
     counts: list[int]
-    #: (source index, its rows of ``out``) for each source that gives rows
+    rows: PackedRows
+    #: (source index, its part of ``rows.words``) for each source that gives rows
     parts: list[tuple[int, torch.Tensor]]
-    #: the typed view of each leaf over ``out`` (``layout.split``), copied out per batch
-    views: list[torch.Tensor]
-    batch_size: torch.Size
-    host: bool
 
     @classmethod
     def make(cls, layout: RowLayout, counts: list[int], device: torch.device) -> _Scratch:
-        B = sum(counts)
-        out = torch.empty(B, layout.row_words, dtype=torch.int64, device=device)
+        rows = layout.new_rows(sum(counts), device)
         parts, pos = [], 0
         for i, k in enumerate(counts):
             if k:
-                parts.append((i, out[pos : pos + k]))
+                parts.append((i, rows.words[pos : pos + k]))
                 pos += k
-        return cls(
-            layout, list(counts), parts, layout.split(out), torch.Size([B]), device.type == "cpu"
-        )
+        return cls(layout, list(counts), rows, parts)
 
 
 class MixedDraw(NamedTuple):
@@ -369,8 +363,9 @@ class MixingBuffer(BufferBase[MixedDraw]):
                 # drawn where the rows are: the buffer's generator for host rows
                 g = gen if where[i] is None else self._generator_for(where[i])
                 indices[i] = drawers[i](counts[i], g, part)
-            batch: TensorDictBase = layout.copy_views(kept.views, kept.batch_size, self._device)
-            if kept.host:  # elsewhere a copy may still be reading it
+            rows = kept.rows
+            batch: TensorDictBase = layout.copy_views(rows.views, rows.batch_size, self._device)
+            if self._device.type == "cpu":  # elsewhere a copy may still be reading it
                 self._scratch[0] = kept
         else:
             # a failed draw (a source's transform raising, say) is undone: retrying draws the same

@@ -34,7 +34,7 @@ from mixreplay._torchrl_args import UNSUPPORTED_STORAGE_METHODS
 from mixreplay._validate import check_int, describe
 from mixreplay.data_types import Codec
 from mixreplay.errors import CheckpointError, EmptyBufferError
-from mixreplay.layout import RowLayout
+from mixreplay.layout import PackedRows, RowLayout
 from mixreplay.schema import NestedKey, Schema, format_key, normalize_key
 
 __all__ = [
@@ -484,7 +484,6 @@ for _name, _way in UNSUPPORTED_STORAGE_METHODS.items():
 
 # the largest packed gather kept for the next batch (a batch of 256 Hopper rows: 28 KiB)
 _GATHER_SCRATCH_BYTES = 1 << 20
-_GatherScratch = tuple[int, RowLayout, torch.Tensor, list[torch.Tensor], torch.Size]
 
 
 class PackedStorage(Storage):
@@ -499,8 +498,8 @@ class PackedStorage(Storage):
     _rows: torch.Tensor | None
     _layout: RowLayout | None
     _fingerprint: tuple[tuple[int, int, int], str] | None = None
-    # (rows, layout, packed rows, their leaf views, batch size) of the last host gather
-    _gather_scratch: _GatherScratch | None = None
+    # the layout and packed rows of the last host gather, kept for the next of its size
+    _gather_scratch: tuple[RowLayout, PackedRows] | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -567,14 +566,14 @@ class PackedStorage(Storage):
             # every leaf copied out at once (RowLayout.copy_views): three ops per batch.
             n = index.shape[0]
             kept = self._gather_scratch
-            if kept is None or kept[0] != n or kept[1] is not layout:
+            if kept is None or kept[0] is not layout or kept[1].batch_size[0] != n:
                 # on the rows' device, not the default one (torch.set_default_device)
-                out = torch.empty(n, layout.row_words, dtype=torch.int64, device=rows.device)
-                kept = (n, layout, out, layout.split(out), torch.Size([n]))
+                kept = (layout, layout.new_rows(n, rows.device))
                 if n * layout.row_bytes <= _GATHER_SCRATCH_BYTES:
                     self._gather_scratch = kept
-            torch.index_select(rows, 0, index, out=kept[2])
-            return layout.copy_views(kept[3], kept[4], self.device)
+            out = kept[1]
+            torch.index_select(rows, 0, index, out=out.words)
+            return layout.copy_views(out.views, out.batch_size, self.device)
         return layout.gather(rows, index, self.device)
 
     def gather_to(self, index: torch.Tensor, device: torch.device) -> TensorDict:

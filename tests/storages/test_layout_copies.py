@@ -94,3 +94,24 @@ def test_the_clone_per_view_fallback_gives_the_same_leaves(td):
     for a, b in zip(fast, slow):
         assert a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride()
         assert bits(a) == bits(b)
+
+
+def test_equal_schemas_share_the_generated_code_and_key_order_is_kept():
+    # A storage loaded again builds its layout again: the generated functions are made once
+    # per schema; a schema with the same leaves in another key order gets its own (the
+    # batch's keys follow the order the rows were written in).
+    rows = TensorDict(
+        {"b": torch.arange(3.0), "a": torch.arange(3), "next": {"c": torch.ones(3, 2)}},
+        batch_size=[3],
+    )
+    first, again = RowLayout(Schema.from_tensordict(rows)), RowLayout(Schema.from_tensordict(rows))
+    assert first._copy_out is again._copy_out and first._gather is again._gather
+    swapped = rows.select("a", "next", "b")
+    other = RowLayout(Schema.from_tensordict(swapped))
+    assert other._copy_out is not first._copy_out
+    for lay, td in ((first, rows), (other, swapped)):
+        out = lay.copy_out(lay.pack(td))
+        assert list(out.keys(include_nested=True, leaves_only=True)) == list(
+            td.keys(include_nested=True, leaves_only=True)
+        )
+        check_copies(td, out)

@@ -120,12 +120,14 @@ class MixingBuffer(BufferBase[MixedDraw]):
         # source labels per split and device
         self._labels: dict[tuple[int | torch.device, ...], torch.Tensor] = {}
         # the last split when _split_key allows: (batch size, schedule, step, live, counts)
-        self._counts_memo: tuple[int, object, Any, tuple[bool, ...], tuple[int, ...]] | None = None
+        self._counts_memo: tuple[int, object, Any, list[bool], list[int]] | None = None
         self._layouts: dict[Schema, RowLayout] = {}  # output layouts of the generic path
 
     def _init_sources(self, names: Sequence[str], sources: Sequence[MixSource]) -> None:
         self._names = tuple(names)
         self._sources = list(sources)
+        # asked before every batch; a source's sampler and storage are its own for life
+        self._available = [s.available_getter() for s in self._sources]
         for src in self._sources:
             if len(src):
                 self._check_source_key(src.stored_schema)
@@ -238,25 +240,26 @@ class MixingBuffer(BufferBase[MixedDraw]):
 
     def _counts(self, batch_size: int) -> list[int]:
         # A source with nothing to draw (no rows, or no complete slice yet) is skipped.
-        sizes = [s.available() for s in self._sources]
+        sizes = [available() for available in self._available]
         key = self._split_key()
-        if key is not None:
-            memo = self._counts_memo
-            live_now = tuple([n > 0 for n in sizes])
-            if (
-                memo is not None
-                and memo[0] == batch_size
-                and memo[1] is key[0]
-                and memo[2] == key[1]
-                and memo[3] == live_now
-            ):
-                counts = list(memo[4])
-                if all(counts[i] <= sizes[i] for i in self._distinct):
-                    return counts
-            counts = self._split_counts(batch_size, sizes)
-            self._counts_memo = (batch_size, key[0], key[1], live_now, tuple(counts))
-            return counts
-        return self._split_counts(batch_size, sizes)
+        if key is None:
+            return self._split_counts(batch_size, sizes)
+        live_now = [n > 0 for n in sizes]
+        memo = self._counts_memo
+        if (
+            memo is not None
+            and memo[0] == batch_size
+            and memo[1] is key[0]
+            and memo[2] == key[1]
+            and memo[3] == live_now
+        ):
+            counts = memo[4]
+            distinct = self._distinct
+            if not distinct or all(counts[i] <= sizes[i] for i in distinct):
+                return counts.copy()
+        counts = self._split_counts(batch_size, sizes)
+        self._counts_memo = (batch_size, key[0], key[1], live_now, counts.copy())
+        return counts
 
     def _split_counts(self, batch_size: int, sizes: list[int]) -> list[int]:
         live = [i for i, n in enumerate(sizes) if n > 0]

@@ -34,6 +34,7 @@ from mixreplay._state import Plan
 from mixreplay.buffers.replay import ReplayBuffer
 from mixreplay.errors import CheckpointError, ReadOnlyError
 from mixreplay.layout import RowLayout
+from mixreplay.samplers.base import Sampler
 from mixreplay.schema import BOOKKEEPING_KEYS, Schema
 
 __all__ = [
@@ -90,6 +91,11 @@ class MixSource(abc.ABC):
     def available(self) -> int:
         """Units that could be drawn now (0: the buffer skips this source)."""
         return len(self)
+
+    def available_getter(self) -> Callable[[], int]:
+        """:meth:`available` as a callable of no arguments, resolved once: the buffer asks
+        it before every batch, so a source may hand out the cheapest call that answers it."""
+        return self.available
 
     @property
     def unit(self) -> int:
@@ -265,6 +271,12 @@ class BufferSource(MixSource):
 
     def available(self) -> int:
         return self._sampler.available(self._storage)
+
+    def available_getter(self) -> Callable[[], int]:
+        # a sampler that can draw every stored row: the storage's own length, one call
+        if type(self._sampler).available is Sampler.available:
+            return self._storage.__len__
+        return self.available
 
     @property
     def write_count(self) -> int:

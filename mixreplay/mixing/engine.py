@@ -111,6 +111,8 @@ class MixingBuffer(BufferBase[MixedDraw]):
         self._layout: RowLayout | None = None  # the fast path's packed layout
         self._device = torch.device("cpu")
         self._fused = False  # every source gathers packed rows of one layout, untransformed
+        self._lean = False  # _sample_lean applies (decided with _fused)
+        self._host_out = True  # batches are made in host memory (decided with _fused)
         self._scratch: dict[int, _Scratch] = {}
         self._drawers: list[Callable[[int, torch.Generator, torch.Tensor], torch.Tensor]] = []
         self._source_devices: list[torch.device | None] = []  # None: host rows
@@ -206,7 +208,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         # the fast path's drawers (closures) and scratch rows are rebuilt on the first draw
-        state.update(_fused=False, _fused_stamp=-1, _drawers=[], _scratch={})
+        state.update(_fused=False, _lean=False, _fused_stamp=-1, _drawers=[], _scratch={})
         return state
 
     def _refresh_layout(self) -> None:
@@ -225,6 +227,15 @@ class MixingBuffer(BufferBase[MixedDraw]):
         self._source_devices = [
             None if d is None or d.type == "cpu" else d for d in (s.device for s in self._sources)
         ]
+        # batches made in host memory (read once here: ``device.type`` costs µs per batch)
+        self._host_out = self._device.type == "cpu"
+        # _sample_lean applies: the fast path, on the host, with no labels to add
+        self._lean = (
+            self._fused
+            and self._host_out
+            and all(d is None for d in self._source_devices)
+            and self._source_key is None
+        )
 
     # -- sampling --------------------------------------------------------------------------
 
@@ -339,10 +350,30 @@ class MixingBuffer(BufferBase[MixedDraw]):
 
         With ``prefetch``, the batch comes from the prefetch thread (see :mod:`mixreplay.prefetch`).
         """
+        if not return_info:
+            batch = self._sample_lean(batch_size)
+            if batch is not None:
+                return batch
         drawn, _ = self._draw(batch_size, return_info)
         if not return_info:
             return drawn.batch
         return drawn.batch, self._info(drawn)
+
+    def _sample_lean(self, batch_size: int | None) -> TensorDictBase | None:
+        """The most common batch, drawn with fewer calls: no info, no prefetching, no labels,
+        every source on the fast path in host memory (``_lean``) with its transforms as when
+        that was decided. ``None`` when any of it does not hold: :meth:`_sample_now` then
+        draws it (and decides the fast path again). The same draws, rows and errors as
+        :meth:`_sample_now`."""
+        if not self._lean or self._prefetch:
+            return None
+        B = self._resolve_batch_size(batch_size)
+        if self._transforms_stamp() != self._fused_stamp:
+            return None
+        counts = self._counts(B)
+        batch, _ = self._gather_fused(counts)
+        self._commit_split(counts)
+        return self._finish(batch)
 
     def _sample_now(self, B: int, info: bool) -> MixedDraw:
         """One batch, with what its info is built from when ``info``."""
@@ -350,27 +381,10 @@ class MixingBuffer(BufferBase[MixedDraw]):
         counts = self._counts(B)
         if not self._fused or stamp != self._fused_stamp:
             self._refresh_layout()
-        indices: list[torch.Tensor | None] = [None] * len(counts)
         if self._fused:
-            # One gather per source, straight into the preallocated packed output.
-            layout = self._layout
-            assert layout is not None
-            # The packed rows are scratch (copy_out copies every leaf out of them), so one CPU
-            # buffer and its per-source parts are kept for the next batch of this split; taken
-            # with an atomic pop, so two threads sampling at once never share it.
-            kept = self._scratch.pop(0, None)
-            if kept is None or kept.layout is not layout or kept.counts != counts:
-                kept = _Scratch.make(layout, counts, self._device)
-            drawers, where, gen = self._drawers, self._source_devices, self._generator
-            for i, part in kept.parts:
-                # drawn where the rows are: the buffer's generator for host rows
-                g = gen if where[i] is None else self._generator_for(where[i])
-                indices[i] = drawers[i](counts[i], g, part)
-            rows = kept.rows
-            batch: TensorDictBase = layout.copy_views(rows.views, rows.batch_size, self._device)
-            if self._device.type == "cpu":  # elsewhere a copy may still be reading it
-                self._scratch[0] = kept
+            batch, indices = self._gather_fused(counts)
         else:
+            indices = [None] * len(counts)
             # a failed draw (a source's transform raising, say) is undone: retrying draws the same
             snapshot = self._draw_snapshot()
             try:
@@ -393,6 +407,29 @@ class MixingBuffer(BufferBase[MixedDraw]):
             None if idx is None else src.weight(idx) for src, idx in zip(self._sources, indices)
         ]
         return MixedDraw(batch, counts, indices, source, weights)
+
+    def _gather_fused(self, counts: list[int]) -> tuple[TensorDictBase, list[torch.Tensor | None]]:
+        """The fast path: one gather per source, straight into one packed output, then each
+        leaf copied out of it; the batch and each source's row indices."""
+        layout = self._layout
+        assert layout is not None
+        # The packed rows are scratch (copy_views copies every leaf out of them), so one CPU
+        # buffer and its per-source parts are kept for the next batch of this split; taken
+        # with an atomic pop, so two threads sampling at once never share it.
+        kept = self._scratch.pop(0, None)
+        if kept is None or kept.layout is not layout or kept.counts != counts:
+            kept = _Scratch.make(layout, counts, self._device)
+        indices: list[torch.Tensor | None] = [None] * len(counts)
+        drawers, where, gen = self._drawers, self._source_devices, self._generator
+        for i, part in kept.parts:
+            # drawn where the rows are: the buffer's generator for host rows
+            g = gen if where[i] is None else self._generator_for(where[i])
+            indices[i] = drawers[i](counts[i], g, part)
+        rows = kept.rows
+        batch = layout.copy_views(rows.views, rows.batch_size, self._device)
+        if self._host_out:  # elsewhere a copy may still be reading it
+            self._scratch[0] = kept
+        return batch, indices
 
     def _source_labels(self, counts: list[int], device: torch.device) -> torch.Tensor:
         """Each row's source index for a batch split as ``counts``, on ``device`` (kept per

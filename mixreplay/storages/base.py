@@ -561,7 +561,7 @@ class PackedStorage(Storage):
             raise EmptyBufferError("cannot read rows from a storage that holds none")
         if index.device != rows.device:
             index = to_device(index, rows.device)
-        if rows.device.type == "cpu" and index.dim() == 1:
+        if rows.is_cpu and index.dim() == 1:
             # One packed index_select into rows kept for the next batch of this size, then
             # every leaf copied out at once (RowLayout.copy_views): three ops per batch.
             n = index.shape[0]

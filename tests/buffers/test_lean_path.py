@@ -146,3 +146,66 @@ def test_two_threads_sampling_at_once_get_their_own_rows():
     for t in threads:
         t.join()
     assert not bad
+
+
+LEAN_OPS = st.one_of(
+    st.tuples(st.just("sample"), st.sampled_from([None, 1, 7, 64])),
+    st.tuples(st.just("extend"), st.integers(1, 5)),
+    st.tuples(st.just("extend the offline side behind its back"), st.integers(1, 5)),
+    st.tuples(st.just("empty the offline side behind its back"), st.just(0)),
+    st.tuples(st.just("anneal"), st.integers(0, 50)),
+    st.tuples(st.just("transform the offline side"), st.just(0)),
+    st.tuples(st.just("transform the batches"), st.just(0)),
+)
+
+
+def _double_reward(td):
+    return td.set("reward", td["reward"] * 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(LEAN_OPS, max_size=14))
+def test_sample_without_info_draws_what_sample_with_info_draws(ops):
+    # sample() takes a shorter road when it can (no info, no prefetch, every source on the
+    # host fast path, transforms unchanged); the other buffer always takes the general one
+    # (return_info=True): the same operations give the same batches, rows and errors.
+    from mixreplay import LazyTensorStorage, ReplayBuffer
+
+    pair = []
+    for _ in range(2):
+        offline = ReplayBuffer(storage=LazyTensorStorage(200))
+        offline.extend(rows(50))
+        rb = OfflineToOnlineReplayBuffer(
+            offline, online_capacity=100, offline_fraction=0.5, batch_size=16, generator=0
+        )
+        pair.append((offline, rb))
+    for op, arg in ops:
+        outcomes = []
+        for k, (offline, rb) in enumerate(pair):
+            try:
+                if op == "sample":
+                    if k == 0:
+                        outcomes.append(rb.sample(arg))
+                    else:
+                        outcomes.append(rb.sample(arg, return_info=True)[0])
+                elif op == "extend":
+                    rb.extend(rows(arg, seed=arg))
+                elif op == "extend the offline side behind its back":
+                    offline.extend(rows(arg, seed=10 + arg))
+                elif op == "empty the offline side behind its back":
+                    offline.empty()
+                elif op == "anneal":
+                    rb.anneal(arg, 25)
+                elif op == "transform the offline side":
+                    offline.append_transform(_double_reward)
+                else:
+                    rb.append_transform(_double_reward)
+            except Exception as err:  # noqa: BLE001 - both must fail alike
+                outcomes.append((type(err), str(err)))
+        if outcomes:
+            lean, general = outcomes
+            if isinstance(general, tuple):
+                assert lean == general
+            else:
+                assert (lean == general).all(), op
+    assert pair[0][1]._lean == pair[1][1]._lean

@@ -14,7 +14,6 @@ from mixreplay import (
     ReplayBuffer,
     SchemaMismatchError,
 )
-from mixreplay.mixing.source import BufferSource
 from tests.conftest import ted_rows
 
 OFFLINE_TAG, ONLINE_TAG = 7.0, -3.0
@@ -325,9 +324,11 @@ def test_transform_is_applied_last():
 
 
 def test_empty_everywhere_raises():
-    rb = OfflineToOnlineReplayBuffer(offline_dataset(), online_capacity=10)
-    # an offline side emptied behind our back
-    rb._sources[0] = BufferSource(ReplayBuffer(storage=LazyTensorStorage(3)))
+    offline = ReplayBuffer(storage=LazyTensorStorage(3))
+    offline.extend(offline_dataset().sample(3))
+    rb = OfflineToOnlineReplayBuffer(offline, online_capacity=10)
+    assert rb.sample(4).batch_size == (4,)  # the fast path decided, the split remembered
+    offline.empty()  # the offline side emptied behind the mixing buffer's back
     with pytest.raises(EmptyBufferError, match="every source is empty"):
         rb.sample(4)
 

@@ -71,9 +71,10 @@ SEQUENTIAL_CUMSUM = _cumsum_is_sequential()
 
 
 def search(sorted_rows: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """``torch.searchsorted(sorted_rows, values, right=True)``, in chunks that stay serial on CPU."""
+    """``torch.searchsorted(sorted_rows, values, right=True)``, in chunks that stay serial on CPU
+    (with one intra-op thread there is no pool to wake: one call)."""
     n = values.shape[0]
-    if n <= _GRAIN or values.device.type != "cpu":
+    if n <= _GRAIN or not values.is_cpu or torch.get_num_threads() == 1:
         return torch.searchsorted(sorted_rows, values, right=True)
     out = torch.empty(values.shape, dtype=torch.int64)
     rows = sorted_rows.dim() > 1

@@ -318,3 +318,25 @@ def test_last_write_wins_across_calls_and_after_pickling():
     assert restored.get(torch.tensor([1])).tolist() == [3.0]
     again = pickle.loads(pickle.dumps(restored))
     assert torch.equal(again.leaves, restored.leaves)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("rows", [False, True])
+def test_search_in_chunks_or_in_one_call_equals_searchsorted(threads, rows):
+    from mixreplay.samplers import sumtree
+
+    g = torch.Generator().manual_seed(threads)
+    n = 3 * sumtree._GRAIN + 7  # chunked with two threads, one call with one
+    sorted_rows = torch.rand(n if rows else 50, 9, generator=g, dtype=torch.float64)
+    sorted_rows = sorted_rows.cumsum(-1) if rows else sorted_rows.flatten().sort().values
+    values = torch.rand(n, generator=g, dtype=torch.float64) * float(sorted_rows.max())
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = sumtree.search(sorted_rows, values.unsqueeze(-1) if rows else values)
+    finally:
+        torch.set_num_threads(before)
+    expected = torch.searchsorted(
+        sorted_rows, values.unsqueeze(-1) if rows else values, right=True
+    )
+    assert torch.equal(got, expected)

@@ -336,7 +336,5 @@ def test_search_in_chunks_or_in_one_call_equals_searchsorted(threads, rows):
         got = sumtree.search(sorted_rows, values.unsqueeze(-1) if rows else values)
     finally:
         torch.set_num_threads(before)
-    expected = torch.searchsorted(
-        sorted_rows, values.unsqueeze(-1) if rows else values, right=True
-    )
+    expected = torch.searchsorted(sorted_rows, values.unsqueeze(-1) if rows else values, right=True)
     assert torch.equal(got, expected)

@@ -123,6 +123,15 @@ class Field:
         return f"{_dtype_name(self.dtype)}{list(self.shape)}"
 
 
+def check_dense(key: NestedKey, value: torch.Tensor) -> None:
+    """Refuse a sparse (or otherwise non-strided) leaf by name: rows are stored dense."""
+    if value.layout is not torch.strided:
+        raise TypeError(
+            f"key {format_key(normalize_key(key))} holds a {value.layout} tensor; mixreplay "
+            "stores dense rows: convert it before writing (td.set(key, td.get(key).to_dense()))"
+        )
+
+
 class Schema(Mapping[tuple[str, ...], Field]):
     """The keys, per-row shapes and dtypes of a row, in a fixed order.
 
@@ -166,6 +175,7 @@ class Schema(Mapping[tuple[str, ...], Field]):
                     "mixreplay stores tensors only: drop the key (td.exclude(key)) "
                     "or encode it as a tensor"
                 )
+            check_dense(nk, value)
             fields.append(Field(nk, value.shape[batch_dims:], value.dtype))
         return cls(fields)
 

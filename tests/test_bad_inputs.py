@@ -535,3 +535,26 @@ def test_tensor_batch_dims_that_are_not_rows():
     with pytest.raises(SchemaMismatchError):
         rb.extend(nested)
     assert len(rb.online_buffer) == 5
+
+
+@pytest.mark.parametrize("stored", [0, 4, 10], ids=["first write", "free slots", "full ring"])
+def test_a_sparse_leaf_is_refused_by_name_and_nothing_changes(stored):
+    def rows(sparse: bool) -> TensorDict:
+        a = torch.eye(4) * 3
+        return TensorDict(
+            {"obs": torch.arange(8.0).reshape(4, 2), "a": a.to_sparse() if sparse else a},
+            batch_size=[4],
+        )
+
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), generator=0)
+    for _ in range(stored // 4 + (stored == 10)):
+        rb.extend(rows(sparse=False))
+    before = rb.state_dict()
+    with pytest.raises(TypeError, match=r"key 'a' holds a torch.sparse_coo tensor.*to_dense\(\)"):
+        rb.extend(rows(sparse=True))
+    after = rb.state_dict()
+    assert len(rb) == min(stored, 10)
+    assert after["storage"].keys() == before["storage"].keys()
+    for key, value in before["storage"].items():  # the rows' bytes, cursor, length, schema
+        got = after["storage"][key]
+        assert torch.equal(got, value) if isinstance(value, torch.Tensor) else got == value, key

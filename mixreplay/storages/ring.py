@@ -31,7 +31,7 @@ from mixreplay._validate import check_bool, check_int, check_path, check_saved_i
 from mixreplay.data_types import codec_from_json, one_row, to_rows
 from mixreplay.errors import CheckpointError, SchemaMismatchError
 from mixreplay.layout import RowLayout
-from mixreplay.schema import Schema
+from mixreplay.schema import Schema, check_dense
 from mixreplay.storages import _hugepages
 from mixreplay.storages.base import PackedStorage, as_device, check_ndim, check_rows
 
@@ -287,14 +287,20 @@ class TensorStorage(PackedStorage):
             with self.lock:
                 if self._layout is layout:
                     start = self._cursor
-                    if start == self._len and start + n <= self.max_size:
-                        # Filling slots that hold no row yet: no reader can see them until
-                        # the counters move, so the rows go straight in (one pass).
-                        rows = self._rows
-                        assert rows is not None
-                        layout.write(leaves, layout.group_views(rows[start : start + n]))
-                        return self._advance(start, n)
-                    return self._commit(self._stage(layout, leaves, n), n)
+                    try:
+                        if start == self._len and start + n <= self.max_size:
+                            # Filling slots that hold no row yet: no reader can see them
+                            # until the counters move, so the rows go straight in (one pass).
+                            rows = self._rows
+                            assert rows is not None
+                            layout.write(leaves, layout.group_views(rows[start : start + n]))
+                            return self._advance(start, n)
+                        words = self._stage(layout, leaves, n)
+                    except RuntimeError:  # torch's words for a sparse leaf: name it, and the fix
+                        for f, v in zip(layout.fields, leaves):
+                            check_dense(f.key, v)
+                        raise
+                    return self._commit(words, n)
         layout = layout or RowLayout(Schema.from_tensordict(data))
         words = self._pack(data, layout)  # raises before any stored byte changes
         with self.lock:

@@ -27,7 +27,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from mixreplay._state import Plan
-from mixreplay.buffers.base import BufferBase
+from mixreplay.buffers.base import BufferBase, check_batch_size
 from mixreplay.errors import CheckpointError, EmptyBufferError, PriorityError, SchemaMismatchError
 from mixreplay.layout import PackedRows, RowLayout, new_tensordict
 from mixreplay.mixing.source import MixSource, strip_bookkeeping
@@ -130,6 +130,8 @@ class MixingBuffer(BufferBase[MixedDraw]):
         self._sources = list(sources)
         # asked before every batch; a source's sampler and storage are its own for life
         self._available = [s.available_getter() for s in self._sources]
+        # read before every batch: each source's transforms, then this buffer's own
+        self._clocks = [s.transforms_clock() for s in self._sources] + [self._transform]
         for src in self._sources:
             if len(src):
                 self._check_source_key(src.stored_schema)
@@ -203,7 +205,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
 
     def _transforms_stamp(self) -> int:
         # versions only grow, so the sum changes whenever any transform changes
-        return sum([s.transforms_version for s in self._sources]) + self._transform.version
+        return sum([c.version for c in self._clocks])
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -367,8 +369,13 @@ class MixingBuffer(BufferBase[MixedDraw]):
         :meth:`_sample_now`."""
         if not self._lean or self._prefetch:
             return None
-        B = self._resolve_batch_size(batch_size)
-        if self._transforms_stamp() != self._fused_stamp:
+        if batch_size is None:
+            B = self._batch_size
+            if B is None:  # _sample_now's road says what is missing
+                return None
+        else:
+            B = check_batch_size(batch_size)
+        if sum([c.version for c in self._clocks]) != self._fused_stamp:  # _transforms_stamp
             return None
         counts = self._counts(B)
         batch, _ = self._gather_fused(counts)

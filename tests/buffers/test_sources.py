@@ -103,6 +103,35 @@ def test_a_new_kind_of_source_mixes_labels_and_checkpoints(tmp_path):
         other.loads(tmp_path / "ck")
 
 
+class Shifted(Counter):
+    """A source with a transform of its own that can change: rows come out plus ``shift``."""
+
+    def __init__(self, n: int):
+        super().__init__(n)
+        self.shift = 0
+
+    @property
+    def transforms_version(self) -> int:
+        return self.shift
+
+    def draw(self, n: int, generator: torch.Generator) -> Drawn:
+        drawn = super().draw(n, generator)
+        return Drawn(drawn.rows.apply(lambda x: x + 1000 * self.shift), drawn.index)
+
+
+def test_a_source_whose_transforms_change_is_heard_through_its_version():
+    # the source overrides transforms_version only (the contract); the buffer reads it before
+    # every batch, so batches drawn ahead with the old transform are drawn again
+    source = Shifted(100)
+    rb = OfflineToOnlineReplayBuffer(
+        source, online_capacity=10, batch_size=8, generator=0, prefetch=2
+    )
+    rb.extend(rows(4, -1.0))
+    assert (rb.sample()["x"][:4] < 1000).all()  # the queue now holds batches shifted by 0
+    source.shift = 1
+    assert (rb.sample()["x"][:4] >= 1000).all()
+
+
 # -- schedules say whether a checkpoint can store them -------------------------------------------
 
 

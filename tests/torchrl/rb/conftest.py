@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import signal
 
 import pytest
 
@@ -21,6 +22,25 @@ def pytest_collection_modifyitems(config, items):
         for pattern, mark in marks:
             if pattern.search(item.nodeid):
                 item.add_marker(mark)
+
+
+@pytest.fixture(autouse=True)
+def _children_feel_sigint():
+    """Let the test's child processes be interrupted by SIGINT, as from a terminal.
+
+    A non-interactive shell starts a background job with SIGINT ignored, and a child
+    inherits an ignored signal across ``exec``: TorchRL's ``test_cleanup_signal_interrupt``
+    then sees its child sleep through the signal. A *handled* signal is reset to the
+    default on ``exec``, so with Python's handler restored here the child gets its own.
+    """
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def pytest_configure(config):

@@ -52,7 +52,8 @@ DESCRIPTION = (
     "Writes results.csv, curves.png and summary.txt and prints the summary. "
     'Needs pip install "mixreplay[demo]". '
     "--task halfcheetah: the MuJoCo benchmark of when offline data helps (HalfCheetah-v5, "
-    "weak and good datasets made on first use, five arms; "
+    "weak and good datasets made on first use; arms online, mixed, anneal, proportional, "
+    "and the experimental gated when named in --arms; "
     'needs pip install "mixreplay[mujoco]").'
 )
 

@@ -37,11 +37,14 @@ _NOTHING_WRITTEN = torch.zeros((0, 1), dtype=torch.long)
 # TorchRL's words first: code written against TorchRL matches on them
 EMPTY_MESSAGE = "Cannot sample from an empty storage: extend the buffer with rows first"
 
+#: What a mixing buffer's fast path draws with: ``drawer(n, generator, out, index)`` draws
+#: ``n`` rows, gathers their packed words into ``out`` and returns their slots. ``index``,
+#: when given, is an int64 ``[n]`` tensor of the caller's that a drawer may draw the slots
+#: into instead of a new one (the caller then discards them); a drawer may ignore it.
+Drawer = Callable[[int, torch.Generator, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 
-def _uniform_drawer(
-    storage: PackedStorage,
-    general: Callable[[int, torch.Generator, torch.Tensor], torch.Tensor],
-) -> Callable[[int, torch.Generator, torch.Tensor], torch.Tensor]:
+
+def _uniform_drawer(storage: PackedStorage, general: Drawer) -> Drawer:
     """``RandomSampler`` + ``PackedStorage.gather_into`` on the host, without their dispatch.
 
     A generator on another device (or rows not yet allocated) goes to ``general``, the
@@ -52,17 +55,23 @@ def _uniform_drawer(
     # the last generator seen on the host (held, so its identity cannot pass to another)
     checked: list[torch.Generator | None] = [None]
 
-    def draw(n: int, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
+    def draw(
+        n: int, generator: torch.Generator, out: torch.Tensor, index: torch.Tensor | None = None
+    ) -> torch.Tensor:
         if generator is not checked[0]:
             if generator.device.type != "cpu":
-                return general(n, generator, out)
+                return general(n, generator, out, None)
             checked[0] = generator
         with lock:
             size, rows = len(storage), storage._rows
             if not size or rows is None:
-                return general(n, generator, out)
-            # on the host as RandomSampler draws it, whatever torch's default device
-            index = randint(size, (n,), generator=generator, device=host)
+                return general(n, generator, out, None)
+            if index is None:
+                # on the host as RandomSampler draws it, whatever torch's default device
+                index = randint(size, (n,), generator=generator, device=host)
+            else:
+                # the very numbers: randint(size, ...) is random_(0, size) of a new tensor
+                index.random_(0, size, generator=generator)
             select(rows, 0, index, out=out)
         return index
 
@@ -412,12 +421,18 @@ class ReplayBuffer(BufferBase[Sampled]):
             rows = self._transform(rows)
         return rows, index
 
-    def draw_into(self, n: int, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
+    def draw_into(
+        self,
+        n: int,
+        generator: torch.Generator,
+        out: torch.Tensor,
+        index: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Draw ``n`` rows with ``generator`` and copy their packed words into ``out``.
 
-        The fast path of a mixing buffer: ``out`` is this source's part of a packed
-        batch (``[n, row_words]`` int64, see :class:`~mixreplay.layout.RowLayout`);
-        no transform runs. Returns the slots drawn.
+        The fast path of a mixing buffer (a :data:`Drawer`): ``out`` is this source's part
+        of a packed batch (``[n, row_words]`` int64, see :class:`~mixreplay.layout.RowLayout`);
+        no transform runs. Returns the slots drawn, in a new tensor (``index`` is not used).
         """
         storage = self._storage
         with storage.lock:
@@ -427,15 +442,14 @@ class ReplayBuffer(BufferBase[Sampled]):
             storage.gather_into(index, out)
         return index
 
-    def packed_drawer(
-        self, out_device: torch.device
-    ) -> Callable[[int, torch.Generator, torch.Tensor], torch.Tensor]:
+    def packed_drawer(self, out_device: torch.device) -> Drawer:
         """What a mixing buffer's fast path draws with, for a packed output on ``out_device``.
 
         :meth:`draw_into` in general; for the common case (uniform draws with replacement
         from a packed storage in host memory, into host memory) a drawer that does exactly
         what :meth:`draw_into` does there, with the sampler's and storage's dispatch
-        resolved once: the same ``randint`` on the same generator, the same rows.
+        resolved once: the same ``randint`` numbers on the same generator, the same rows
+        (drawn into the caller's ``index`` when it gives one).
         """
         storage = self._storage
         if (

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -28,6 +28,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from mixreplay._state import Plan
 from mixreplay.buffers.base import BufferBase, check_batch_size
+from mixreplay.buffers.replay import Drawer
 from mixreplay.errors import CheckpointError, EmptyBufferError, PriorityError, SchemaMismatchError
 from mixreplay.layout import PackedRows, RowLayout, new_tensordict
 from mixreplay.mixing.source import MixSource, strip_bookkeeping
@@ -54,8 +55,9 @@ class _Scratch(NamedTuple):
     layout: RowLayout
     counts: list[int]
     rows: PackedRows
-    #: (source index, its part of ``rows.words``) for each source that gives rows
-    parts: list[tuple[int, torch.Tensor]]
+    #: (source index, its part of ``rows.words``, an int64 buffer of its row count) for each
+    #: source that gives rows; a batch whose indices are not kept draws them into the buffer
+    parts: list[tuple[int, torch.Tensor, torch.Tensor]]
 
     @classmethod
     def make(cls, layout: RowLayout, counts: list[int], device: torch.device) -> _Scratch:
@@ -63,7 +65,8 @@ class _Scratch(NamedTuple):
         parts, pos = [], 0
         for i, k in enumerate(counts):
             if k:
-                parts.append((i, rows.words[pos : pos + k]))
+                index = torch.empty(k, dtype=torch.int64, device=device)
+                parts.append((i, rows.words[pos : pos + k], index))
                 pos += k
         return cls(layout, list(counts), rows, parts)
 
@@ -114,7 +117,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
         self._lean = False  # _sample_lean applies (decided with _fused)
         self._host_out = True  # batches are made in host memory (decided with _fused)
         self._scratch: dict[int, _Scratch] = {}
-        self._drawers: list[Callable[[int, torch.Generator, torch.Tensor], torch.Tensor]] = []
+        self._drawers: list[Drawer] = []
         self._source_devices: list[torch.device | None] = []  # None: host rows
         self._fused_stamp = -1  # the sources' transforms when _fused was decided
         self._unit_size: int | None = None  # rows per sampling unit, once known
@@ -378,7 +381,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
         if sum([c.version for c in self._clocks]) != self._fused_stamp:  # _transforms_stamp
             return None
         counts = self._counts(B)
-        batch, _ = self._gather_fused(counts)
+        batch, _ = self._gather_fused(counts, keep_indices=False)
         self._commit_split(counts)
         return self._finish(batch)
 
@@ -415,9 +418,12 @@ class MixingBuffer(BufferBase[MixedDraw]):
         ]
         return MixedDraw(batch, counts, indices, source, weights)
 
-    def _gather_fused(self, counts: list[int]) -> tuple[TensorDictBase, list[torch.Tensor | None]]:
+    def _gather_fused(
+        self, counts: list[int], keep_indices: bool = True
+    ) -> tuple[TensorDictBase, list[torch.Tensor | None]]:
         """The fast path: one gather per source, straight into one packed output, then each
-        leaf copied out of it; the batch and each source's row indices."""
+        leaf copied out of it; the batch and each source's row indices (without
+        ``keep_indices``, they may be the scratch's buffers, rewritten by the next batch)."""
         layout = self._layout
         assert layout is not None
         # The packed rows are scratch (copy_views copies every leaf out of them), so one CPU
@@ -428,10 +434,10 @@ class MixingBuffer(BufferBase[MixedDraw]):
             kept = _Scratch.make(layout, counts, self._device)
         indices: list[torch.Tensor | None] = [None] * len(counts)
         drawers, where, gen = self._drawers, self._source_devices, self._generator
-        for i, part in kept.parts:
+        for i, part, index in kept.parts:
             # drawn where the rows are: the buffer's generator for host rows
             g = gen if where[i] is None else self._generator_for(where[i])
-            indices[i] = drawers[i](counts[i], g, part)
+            indices[i] = drawers[i](counts[i], g, part, None if keep_indices else index)
         rows = kept.rows
         batch = layout.copy_views(rows.views, rows.batch_size, self._device)
         if self._host_out:  # elsewhere a copy may still be reading it

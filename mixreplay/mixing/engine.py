@@ -27,7 +27,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from mixreplay._state import Plan
-from mixreplay.buffers.base import BufferBase, check_batch_size
+from mixreplay.buffers.base import BufferBase
 from mixreplay.buffers.replay import Drawer
 from mixreplay.errors import CheckpointError, EmptyBufferError, PriorityError, SchemaMismatchError
 from mixreplay.layout import PackedRows, RowLayout, new_tensordict
@@ -56,8 +56,9 @@ class _Scratch(NamedTuple):
     counts: list[int]
     rows: PackedRows
     #: (source index, its part of ``rows.words``, an int64 buffer of its row count) for each
-    #: source that gives rows; a batch whose indices are not kept draws them into the buffer
-    parts: list[tuple[int, torch.Tensor, torch.Tensor]]
+    #: source that gives rows; a host batch whose indices are not kept draws them into the
+    #: buffer (``None`` off the host, where every batch keeps its indices)
+    parts: list[tuple[int, torch.Tensor, torch.Tensor | None]]
 
     @classmethod
     def make(cls, layout: RowLayout, counts: list[int], device: torch.device) -> _Scratch:
@@ -65,7 +66,7 @@ class _Scratch(NamedTuple):
         parts, pos = [], 0
         for i, k in enumerate(counts):
             if k:
-                index = torch.empty(k, dtype=torch.int64, device=device)
+                index = torch.empty(k, dtype=torch.int64) if device.type == "cpu" else None
                 parts.append((i, rows.words[pos : pos + k], index))
                 pos += k
         return cls(layout, list(counts), rows, parts)
@@ -133,8 +134,6 @@ class MixingBuffer(BufferBase[MixedDraw]):
         self._sources = list(sources)
         # asked before every batch; a source's sampler and storage are its own for life
         self._available = [s.available_getter() for s in self._sources]
-        # read before every batch: each source's transforms, then this buffer's own
-        self._clocks = [s.transforms_clock() for s in self._sources] + [self._transform]
         for src in self._sources:
             if len(src):
                 self._check_source_key(src.stored_schema)
@@ -208,7 +207,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
 
     def _transforms_stamp(self) -> int:
         # versions only grow, so the sum changes whenever any transform changes
-        return sum([c.version for c in self._clocks])
+        return sum([s.transforms_version for s in self._sources]) + self._transform.version
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -372,13 +371,8 @@ class MixingBuffer(BufferBase[MixedDraw]):
         :meth:`_sample_now`."""
         if not self._lean or self._prefetch:
             return None
-        if batch_size is None:
-            B = self._batch_size
-            if B is None:  # _sample_now's road says what is missing
-                return None
-        else:
-            B = check_batch_size(batch_size)
-        if sum([c.version for c in self._clocks]) != self._fused_stamp:  # _transforms_stamp
+        B = self._resolve_batch_size(batch_size)
+        if self._transforms_stamp() != self._fused_stamp:
             return None
         counts = self._counts(B)
         batch, _ = self._gather_fused(counts, keep_indices=False)

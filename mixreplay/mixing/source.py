@@ -25,7 +25,7 @@ import contextlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -67,26 +67,6 @@ def strip_bookkeeping(td: TensorDictBase, keep: Schema | None = None) -> TensorD
 def _schema_after(transform: Any, row: TensorDictBase) -> Schema:
     out = transform(row.clone())
     return Schema.from_tensordict(strip_bookkeeping(out), batch_dims=out.batch_dims)
-
-
-class Versioned(Protocol):
-    """Anything with a ``version`` that grows whenever what it stands for changes."""
-
-    @property
-    def version(self) -> int: ...
-
-
-class _VersionOf:
-    """A source's :attr:`~MixSource.transforms_version` as a ``version`` attribute."""
-
-    __slots__ = ("_source",)
-
-    def __init__(self, source: MixSource):
-        self._source = source
-
-    @property
-    def version(self) -> int:
-        return self._source.transforms_version
 
 
 class MixSource(abc.ABC):
@@ -146,13 +126,6 @@ class MixSource(abc.ABC):
     def transforms_version(self) -> int:
         """Changes whenever this source's own transforms change (prefetched batches then go)."""
         return 0
-
-    def transforms_clock(self) -> Versioned:
-        """:attr:`transforms_version` as an object whose ``version`` is that number, resolved
-        once: the mixing buffer reads it before every batch. This default reads the
-        property; a source may hand out the object the property reads (one attribute
-        read, not two calls)."""
-        return _VersionOf(self)
 
     @property
     def device(self) -> torch.device | None:
@@ -318,9 +291,6 @@ class BufferSource(MixSource):
     @property
     def transforms_version(self) -> int:
         return self._chain.version
-
-    def transforms_clock(self) -> Versioned:
-        return self._chain
 
     @property
     def device(self) -> torch.device:

@@ -24,14 +24,15 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(mark)
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True, scope="package")
 def _children_feel_sigint():
     """Let the test's child processes be interrupted by SIGINT, as from a terminal.
 
     A non-interactive shell starts a background job with SIGINT ignored, and a child
     inherits an ignored signal across ``exec``: TorchRL's ``test_cleanup_signal_interrupt``
     then sees its child sleep through the signal. A *handled* signal is reset to the
-    default on ``exec``, so with Python's handler restored here the child gets its own.
+    default on ``exec``, so with Python's handler restored here (once, for the port's
+    tests) the child gets its own.
     """
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         yield

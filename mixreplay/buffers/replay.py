@@ -44,7 +44,22 @@ EMPTY_MESSAGE = "Cannot sample from an empty storage: extend the buffer with row
 Drawer = Callable[[int, torch.Generator, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 
 
-def _uniform_drawer(storage: PackedStorage, general: Drawer) -> Drawer:
+def drawer_of(draw_into: Callable[[int, torch.Generator, torch.Tensor], torch.Tensor]) -> Drawer:
+    """A ``draw_into(n, generator, out)`` as a :data:`Drawer` that leaves the caller's index
+    buffer alone (its slots come in a new tensor)."""
+
+    def draw(
+        n: int, generator: torch.Generator, out: torch.Tensor, index: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return draw_into(n, generator, out)
+
+    return draw
+
+
+def _uniform_drawer(
+    storage: PackedStorage,
+    general: Callable[[int, torch.Generator, torch.Tensor], torch.Tensor],
+) -> Drawer:
     """``RandomSampler`` + ``PackedStorage.gather_into`` on the host, without their dispatch.
 
     A generator on another device (or rows not yet allocated) goes to ``general``, the
@@ -60,12 +75,12 @@ def _uniform_drawer(storage: PackedStorage, general: Drawer) -> Drawer:
     ) -> torch.Tensor:
         if generator is not checked[0]:
             if generator.device.type != "cpu":
-                return general(n, generator, out, None)
+                return general(n, generator, out)
             checked[0] = generator
         with lock:
             size, rows = len(storage), storage._rows
             if not size or rows is None:
-                return general(n, generator, out, None)
+                return general(n, generator, out)
             if index is None:
                 # on the host as RandomSampler draws it, whatever torch's default device
                 index = randint(size, (n,), generator=generator, device=host)
@@ -421,18 +436,12 @@ class ReplayBuffer(BufferBase[Sampled]):
             rows = self._transform(rows)
         return rows, index
 
-    def draw_into(
-        self,
-        n: int,
-        generator: torch.Generator,
-        out: torch.Tensor,
-        index: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def draw_into(self, n: int, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
         """Draw ``n`` rows with ``generator`` and copy their packed words into ``out``.
 
-        The fast path of a mixing buffer (a :data:`Drawer`): ``out`` is this source's part
-        of a packed batch (``[n, row_words]`` int64, see :class:`~mixreplay.layout.RowLayout`);
-        no transform runs. Returns the slots drawn, in a new tensor (``index`` is not used).
+        The fast path of a mixing buffer: ``out`` is this source's part of a packed
+        batch (``[n, row_words]`` int64, see :class:`~mixreplay.layout.RowLayout`);
+        no transform runs. Returns the slots drawn.
         """
         storage = self._storage
         with storage.lock:
@@ -445,7 +454,7 @@ class ReplayBuffer(BufferBase[Sampled]):
     def packed_drawer(self, out_device: torch.device) -> Drawer:
         """What a mixing buffer's fast path draws with, for a packed output on ``out_device``.
 
-        :meth:`draw_into` in general; for the common case (uniform draws with replacement
+        :meth:`draw_into` in general (:func:`drawer_of`); for the common case (uniform draws with replacement
         from a packed storage in host memory, into host memory) a drawer that does exactly
         what :meth:`draw_into` does there, with the sampler's and storage's dispatch
         resolved once: the same ``randint`` numbers on the same generator, the same rows
@@ -460,7 +469,7 @@ class ReplayBuffer(BufferBase[Sampled]):
             and out_device.type == "cpu"
         ):
             return _uniform_drawer(storage, self.draw_into)
-        return self.draw_into
+        return drawer_of(self.draw_into)
 
     def _sample_now(self, n: int, info: bool) -> Sampled:
         """Draw, gather and transform one batch."""

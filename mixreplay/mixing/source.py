@@ -31,7 +31,7 @@ import torch
 from tensordict import TensorDictBase
 
 from mixreplay._state import Plan
-from mixreplay.buffers.replay import Drawer, ReplayBuffer
+from mixreplay.buffers.replay import Drawer, ReplayBuffer, drawer_of
 from mixreplay.errors import CheckpointError, ReadOnlyError
 from mixreplay.layout import RowLayout
 from mixreplay.samplers.base import Sampler
@@ -159,24 +159,16 @@ class MixSource(abc.ABC):
         packed batch (packed rows, no transform); ``None`` otherwise."""
         return None
 
-    def draw_into(
-        self,
-        n: int,
-        generator: torch.Generator,
-        out: torch.Tensor,
-        index: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def draw_into(self, n: int, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
         """Draw ``n`` rows with ``generator`` and gather their packed words into ``out``
-        (``[n, W]``); return their indices (into ``index`` when given, if it likes: see
-        :data:`~mixreplay.buffers.replay.Drawer`). Only called when :meth:`packed_layout`
-        is not ``None``."""
+        (``[n, W]``); return their indices. Only called when :meth:`packed_layout` is not ``None``."""
         raise NotImplementedError(f"{type(self).__name__} has no packed fast path")
 
     def packed_drawer(self, out_device: torch.device) -> Drawer:
         """The callable the fast path draws with into a packed output on ``out_device``:
-        :meth:`draw_into` itself, or what does the same (looked up once per layout
-        decision, not once per batch)."""
-        return self.draw_into
+        :meth:`draw_into` as a :data:`~mixreplay.buffers.replay.Drawer`, or what does the
+        same (looked up once per layout decision, not once per batch)."""
+        return drawer_of(self.draw_into)
 
     @abc.abstractmethod
     def draw(self, n: int, generator: torch.Generator) -> Drawn:
@@ -330,13 +322,7 @@ class BufferSource(MixSource):
             return None
         return storage.layout
 
-    def draw_into(
-        self,
-        n: int,
-        generator: torch.Generator,
-        out: torch.Tensor,
-        index: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def draw_into(self, n: int, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
         return self.buffer.draw_into(n, generator, out)
 
     def packed_drawer(self, out_device: torch.device) -> Drawer:

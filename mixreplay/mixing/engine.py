@@ -64,9 +64,11 @@ class _Scratch(NamedTuple):
     def make(cls, layout: RowLayout, counts: list[int], device: torch.device) -> _Scratch:
         rows = layout.new_rows(sum(counts), device)
         parts, pos = [], 0
+        host = device.type == "cpu"
         for i, k in enumerate(counts):
             if k:
-                index = torch.empty(k, dtype=torch.int64) if device.type == "cpu" else None
+                # on the host whatever torch's default device, as the drawer's randint
+                index = torch.empty(k, dtype=torch.int64, device=device) if host else None
                 parts.append((i, rows.words[pos : pos + k], index))
                 pos += k
         return cls(layout, list(counts), rows, parts)

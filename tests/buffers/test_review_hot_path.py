@@ -55,3 +55,22 @@ def test_uniform_drawer_draws_on_the_host_whatever_the_default_device():
     assert got.device.type == "cpu"
     assert torch.equal(got, want)
     assert torch.equal(out, want_out)
+
+
+def test_mixed_sample_made_under_another_default_device_draws_on_the_host():
+    # the first batch under the default device makes the kept scratch rows and index buffers
+    from mixreplay import OfflineToOnlineReplayBuffer
+
+    def make():
+        offline = ReplayBuffer(storage=LazyTensorStorage(100))
+        offline.extend(rows(40, seed=1))
+        rb = OfflineToOnlineReplayBuffer(offline, online_capacity=50, batch_size=8, generator=0)
+        rb.extend(rows(20, seed=2))
+        return rb
+
+    plain, under = make(), make()
+    want = [plain.sample() for _ in range(3)]
+    with torch.device("meta"):
+        got = [under.sample() for _ in range(3)]
+    assert all(g["obs"].device.type == "cpu" for g in got)
+    assert all((g == w).all() for g, w in zip(got, want))

@@ -125,6 +125,12 @@ class SumTree:
     #: parents hold the left-to-right (``cumsum``) sums of their children, bit for bit, so
     #: the exact descent applies; False for trees pickled before it existed and off the CPU
     _exact: bool = False
+    #: an exact one-level tree's prefix sums at every leaf (:meth:`_flat_prefix`), valid until
+    #: the tree changes, and the draws served since it last changed (class defaults, so trees
+    #: pickled before them load)
+    _flat: torch.Tensor | None = None
+    _flatbuf: torch.Tensor | None = None
+    _served: int = 0
 
     def __init__(
         self,
@@ -170,6 +176,8 @@ class SumTree:
         self._least: torch.Tensor | None = None  # smallest positive value, 0-d
         # the slots the last :meth:`sample` returned and their values (read by :meth:`values_at`)
         self._drawn: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._flat = None  # its buffer (_flatbuf) is kept and rewritten
+        self._served = 0
 
     @property
     def depth(self) -> int:
@@ -293,7 +301,17 @@ class SumTree:
         # u <= n, so u * (total * _BELOW / n) < total, rounding included
         s = torch.mul(u, self._scale(n))
         if self._exact and self.depth == 1:
-            node, value = self._descend_exact(s)
+            # from the second draw on an unchanged tree, one search over every leaf's prefix
+            # sum: the slots the descent finds, bit for bit (see _flat_prefix)
+            flat = self._flat
+            if flat is None and self._served:
+                flat = self._flat_prefix()
+            self._served += 1
+            if flat is None:
+                node, value = self._descend_exact(s)
+            else:
+                node = search(flat, s)
+                value = self._sums[0].index_select(0, node)
         elif self._exact and not self.depth:  # s < total: the top search alone, no wrap
             node = search(self._views[2], s)
             value = self._sums[0].index_select(0, node)
@@ -322,6 +340,29 @@ class SumTree:
         # the count of prefix sums <= s; the last (cums[k]) is > s, so it is < b
         child = torch.le(row, s.unsqueeze_(1)).sum(1, keepdim=True)
         return torch.add(child.view(-1), node, alpha=b), kids.gather(1, child).view(-1)
+
+    def _flat_prefix(self) -> torch.Tensor:
+        """Every leaf's absolute prefix sum as :meth:`_descend_exact` computes it (exact trees of
+        one level below the top): row ``k`` of leaves is ``excl[k] + cumsum(kids of k)``.
+
+        Searched with ``right=True``, it gives the slot the descent gives for every sum in
+        ``[0, total)``, not merely one near it: the array is nondecreasing (row ``k`` ends on
+        ``cums[k]``, the very float row ``k + 1`` starts from, as the descent's docstring
+        shows), so the count of its entries ``<= s`` is the whole rows before the top node
+        the descent finds plus the count the descent takes in that node's row. Building it
+        costs about one descent (a cumsum and an add over every leaf), so :meth:`sample`
+        builds it on the second draw from an unchanged tree: a tree updated between every
+        draw never pays for it, a tree drawn from many times pays once.
+        """
+        _, excl = self._top()
+        leaves = self._sums[0].view(-1, self.arity)
+        buf = self._flatbuf
+        if buf is None or buf.shape != leaves.shape or buf.device != leaves.device:
+            buf = self._flatbuf = torch.empty_like(leaves)
+        torch.cumsum(leaves, 1, out=buf)
+        buf.add_(excl.view(-1, 1))
+        self._flat = flat = buf.view(-1)
+        return flat
 
     def values_at(self, index: torch.Tensor) -> torch.Tensor:
         """The values at slots ``index`` (1-D int64 on the tree's device): no gather when
@@ -541,6 +582,8 @@ class SumTree:
         state.update(
             _cums=None, _excl=None, _head=None, _scaled=None, _below=None, _least=None, _drawn=None
         )
+        state.update(_flat=None, _served=0)
+        state.pop("_flatbuf", None)
         state.pop("_scratch", None)
         state.pop("_cumbuf", None)
         state.pop("_views", None)

@@ -338,3 +338,77 @@ def test_search_in_chunks_or_in_one_call_equals_searchsorted(threads, rows):
         torch.set_num_threads(before)
     expected = torch.searchsorted(sorted_rows, values.unsqueeze(-1) if rows else values, right=True)
     assert torch.equal(got, expected)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(
+            st.just(0.0),
+            st.floats(0.0, 1e3, allow_nan=False),
+            st.sampled_from([0.1, 1.0 / 3.0, 1e16, 2.0**-60, 7.0, 2.0**53]),
+        ),
+        min_size=31,
+        max_size=60,
+    ),
+    # (arity, top): 31 to 60 slots make one level below the top
+    shape=st.sampled_from([(8, 8), (16, 4), (4, 16), (2, 30), (32, 2)]),
+)
+def test_the_leaf_prefix_sums_find_the_very_slots_of_the_descent(values, shape):
+    """Repeated draws from an unchanged tree search every leaf's prefix sum at once: at every
+    boundary (each prefix sum and the floats just beside it), on sums that round, the slot
+    is the one the exact descent finds, never merely a neighbour."""
+    from mixreplay.samplers.sumtree import SEQUENTIAL_CUMSUM
+
+    if not SEQUENTIAL_CUMSUM:
+        pytest.skip("this torch build's CPU cumsum is not sequential: no exact descent")
+    arity, top = shape
+    tree = SumTree(len(values), arity=arity, top=top)
+    tree.update(torch.arange(len(values)), torch.tensor(values, dtype=torch.float64))
+    assert tree.depth == 1
+    total = tree.total()
+    if total == 0:
+        return
+    flat = tree._flat_prefix()
+    edges = flat[flat < total]
+    below = torch.nextafter(edges, torch.tensor(-math.inf, dtype=torch.float64))
+    above = torch.nextafter(edges, torch.tensor(math.inf, dtype=torch.float64))
+    s = torch.cat([torch.zeros(1, dtype=torch.float64), edges, below.clamp(min=0.0), above])
+    s = s[s < total]
+    descent, _ = tree._descend_exact(s.clone())
+    assert torch.equal(torch.searchsorted(flat, s, right=True), descent)
+    assert (tree.leaves[descent] > 0).all()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_draws_from_an_unchanged_tree_equal_the_first_draw_and_change_with_the_tree(threads):
+    """The first draw after a change descends, later ones search the leaf prefix sums: the
+    same fractions give the same slots and values every time; an update is seen at once."""
+    from mixreplay.samplers.sumtree import SEQUENTIAL_CUMSUM
+
+    g = torch.Generator().manual_seed(3)
+    tree = SumTree(5_000, top=256)  # one level below the top
+    values = torch.rand(5_000, generator=g, dtype=torch.float64) ** 4
+    values[::7] = 0.0
+    tree.update(torch.arange(5_000), values)
+    u = torch.rand(300, generator=g, dtype=torch.float64) * 300  # > the 200 of one search chunk
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        draws = [tree.sample(u, 300) for _ in range(3)]
+        assert (tree._flat is not None) == SEQUENTIAL_CUMSUM  # built on the second draw
+        for slots in draws[1:]:
+            assert torch.equal(slots, draws[0])
+            assert torch.equal(tree.values_at(slots), values[slots])
+        assert (values[draws[0]] > 0).all()
+        hot = draws[0][:5]
+        tree.update(hot, torch.zeros(5, dtype=torch.float64))  # these slots leave the tree
+        assert tree._flat is None
+        for _ in range(3):
+            again = tree.sample(u, 300)
+            assert not torch.isin(again, hot).any()
+            fresh = SumTree(5_000, top=256)
+            fresh.set_leaves(tree.leaves.clone())
+            assert torch.equal(again, fresh.sample(u, 300))  # a tree that never cached
+    finally:
+        torch.set_num_threads(before)

@@ -161,10 +161,20 @@ def mixed(args) -> dict:
 
     su, sp = bufs["single uniform"], bufs["single prioritized"]
     trl, trl_note = torchrl_prioritized(hopper_rows(args.online, seed=2))
+
+    def descending():
+        # what every draw cost before the tree kept its leaves' prefix sums, and what the
+        # first draw after each change still costs: forget them (and the count of draws since
+        # the change) so that this draw descends; the slots are the same either way
+        tree = sp.sampler.tree
+        tree._flat, tree._served = None, 0
+        return sp.sample(256, return_info=True)
+
     fns = {
         "uniform sample(256)": lambda: uniform.sample(256),
         "one source: uniform sample(256)": lambda: su.sample(256),
         "one source: prioritized sample + weights": lambda: sp.sample(256, return_info=True),
+        "one source: the same, descending each time": descending,
         "one source: prioritized sample + update": lambda: sp.update_priority(
             sp.sample(256, return_info=True)[1]["index"], pr
         ),
@@ -185,6 +195,7 @@ def mixed(args) -> dict:
     times = interleaved(fns, args.rounds, args.number)
     rows = [
         ("one source: prioritized sample + weights", "one source: uniform sample(256)", 2.5),
+        ("one source: the same, descending each time", "one source: uniform sample(256)", None),
         ("one source: prioritized sample + update", "one source: uniform sample(256)", None),
         ("prioritized sample(256) + weights", "uniform sample(256)", 3.0),
         ("prioritized sample + update_priority(256)", "uniform sample(256)", 4.0),

@@ -47,4 +47,5 @@ def test_bench_samplers_reports_one_prioritized_source_and_torchrl(tmp_path):
     )
     assert re.search(r"^one source: prioritized sample \+ weights\s+[\d.]+.*<= 2.5x", text, re.M)
     assert re.search(r"^one source: prioritized sample \+ update\s+[\d.]+", text, re.M)
+    assert re.search(r"^one source: the same, descending each time\s+[\d.]+", text, re.M)
     assert "TorchRL's PrioritizedReplayBuffer" in text  # runs, or says why not

@@ -30,8 +30,10 @@ phase "mypy" "$py" -m mypy mixreplay
 # -m replaces the default run's (pyproject addopts: not slow, not heavy, not docs): CI runs
 # the heavy tests too; the docs build has a phase of its own below. `slow` (the full demo,
 # ~20 min here, and the racing-process cache test) runs on request: pytest -m slow.
+# -n 0: one test at a time (pyproject's addopts spread the developer's run over the cores; here
+# the heavy tests start Ray clusters and subprocesses that must not share 2 cores)
 phase "test suite (tensordict 0.14, torchrl 0.14.1; heavy included)" \
-  "$py" -m pytest -m "not slow and not docs" -p no:cacheprovider "$@"
+  "$py" -m pytest -m "not slow and not docs" -n 0 -p no:cacheprovider "$@"
 
 # tensordict 0.15: TorchRL 0.14.1 pins tensordict<0.15, so the main run uses 0.14.x; the whole
 # TorchRL-free suite runs again with tensordict 0.15 shadowing it (tests marked `torchrl` are
@@ -42,7 +44,7 @@ td015() {
   "$py" -m pip install --quiet --no-deps --upgrade --target .deps/tensordict-0.15 \
     "tensordict>=0.15,<0.16" || return 1
   PYTHONPATH=.deps/tensordict-0.15 "$py" -m pytest -q -m "not slow and not heavy and not torchrl and not docs" \
-    -p no:cacheprovider "$@"
+    -n 0 -p no:cacheprovider "$@"
 }
 phase "test suite again on tensordict 0.15 (TorchRL-free tests)" td015 "$@"
 
@@ -51,7 +53,7 @@ phase "test suite again on tensordict 0.15 (TorchRL-free tests)" td015 "$@"
 phase "package: build, twine check, the wheel in a fresh venv" bash scripts/check_package.sh
 # The documentation site, built from docs/ with warnings as errors; every public name indexed.
 phase "documentation site (sphinx -W)" \
-  "$py" -m pytest -m docs -p no:cacheprovider -q tests/docs/test_site.py
+  "$py" -m pytest -m docs -n 0 -p no:cacheprovider -q tests/docs/test_site.py
 
 printf '\n=== summary ===\n'
 failed=0

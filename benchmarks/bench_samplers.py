@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import math
 import sys
 import time
@@ -170,8 +171,43 @@ def mixed(args) -> dict:
         tree._flat, tree._served = None, 0
         return sp.sample(256, return_info=True)
 
+    # The floor of a pure-torch prioritized draw on these rows: the same torch ops as the
+    # sampler (stratified draw, one search over every leaf's prefix sum, the leaves' values,
+    # the weights) and the buffer's own gather, with nothing around them, against the same
+    # bare loop for a uniform draw. What is left between the floor and the buffer is Python.
+    tree = sp.sampler.tree
+    prefix = tree.leaves.cumsum(0)
+    scale = tree.total() * (1.0 - 2.0**-50) / 256
+    low, leaves, store = tree.min_tensor(), tree.leaves, sp.storage
+    bare_g = torch.Generator().manual_seed(5)
+
+    def bare_prioritized():
+        u = torch.rand(256, generator=bare_g, dtype=torch.float64)
+        u.add_(torch.randperm(256, generator=bare_g, dtype=torch.float64))
+        slots = torch.searchsorted(prefix, u.mul_(scale), right=True)
+        weights = torch.div(low, leaves.index_select(0, slots)).pow_(0.4).to(torch.float32)
+        return store.gather_unlocked(slots), weights
+
+    fixed = torch.rand(256, generator=bare_g, dtype=torch.float64)
+    fixed.add_(torch.randperm(256, generator=bare_g, dtype=torch.float64)).mul_(scale)
+
+    def bare_fixed_queries():
+        # the bare draw searching one fixed set of sums every call: the search then finds its
+        # path in cache and its branches predicted, what a benchmark reusing its queries sees
+        u = torch.rand(256, generator=bare_g, dtype=torch.float64)
+        u.add_(torch.randperm(256, generator=bare_g, dtype=torch.float64))
+        slots = torch.searchsorted(prefix, fixed, right=True)
+        weights = torch.div(low, leaves.index_select(0, slots)).pow_(0.4).to(torch.float32)
+        return store.gather_unlocked(slots), weights
+
+    def bare_uniform():
+        return store.gather_unlocked(torch.randint(len(store), (256,), generator=bare_g))
+
     fns = {
         "uniform sample(256)": lambda: uniform.sample(256),
+        "bare torch: uniform draw + gather": bare_uniform,
+        "bare torch: prioritized draw + weights": bare_prioritized,
+        "bare torch: the same, fixed search sums": bare_fixed_queries,
         "one source: uniform sample(256)": lambda: su.sample(256),
         "one source: prioritized sample + weights": lambda: sp.sample(256, return_info=True),
         "one source: the same, descending each time": descending,
@@ -197,6 +233,14 @@ def mixed(args) -> dict:
         ("one source: prioritized sample + weights", "one source: uniform sample(256)", 2.5),
         ("one source: the same, descending each time", "one source: uniform sample(256)", None),
         ("one source: prioritized sample + update", "one source: uniform sample(256)", None),
+        ("bare torch: prioritized draw + weights", "one source: uniform sample(256)", None),
+        ("bare torch: prioritized draw + weights", "bare torch: uniform draw + gather", None),
+        ("bare torch: the same, fixed search sums", "one source: uniform sample(256)", None),
+        (
+            "one source: prioritized sample + weights",
+            "bare torch: prioritized draw + weights",
+            None,
+        ),
         ("prioritized sample(256) + weights", "uniform sample(256)", 3.0),
         ("prioritized sample + update_priority(256)", "uniform sample(256)", 4.0),
         ("slices(8) sample(256)", "uniform sample(256)", 2.0),
@@ -466,6 +510,81 @@ def profile(args) -> None:
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=18))
 
 
+def searches(args) -> dict:
+    """One stratified draw's search (256 sums) over 100k leaves' prefix sums, laid out in ways
+    pure torch can search, each checked to find the very slots of one ``searchsorted``. Every
+    call searches new sums (64 sets in turn, as a sampler draws); "fixed sums" repeats one
+    set, as a benchmark that reuses its queries would (its path in cache, its branches
+    predicted)."""
+    n, b, capacity = 256, 32, args.online
+    top = -(-capacity // b)
+    g = torch.Generator().manual_seed(0)
+    leaves = torch.zeros(top * b, dtype=torch.float64)
+    leaves[:capacity] = torch.rand(capacity, generator=g, dtype=torch.float64) + 1e-3
+    flat = leaves.cumsum(0)
+    rows = flat.view(-1, b)
+    head = rows[:, -1].contiguous()  # each tree node's last prefix sum
+    groups = -(-top // b)
+    padded = torch.full((groups * b,), math.inf, dtype=torch.float64)
+    padded[:top] = head
+    head_rows = padded.view(-1, b)
+    coarse = head_rows[:, -1].contiguous()
+    scale = flat[-1].item() * (1.0 - 2.0**-50) / n
+    sets = [
+        (torch.rand(n, generator=g, dtype=torch.float64) + torch.randperm(n, generator=g)) * scale
+        for _ in range(64)
+    ]
+
+    def flat_search(q):
+        return torch.searchsorted(flat, q, right=True)
+
+    def two_level(q):  # the node's row found among the nodes' last sums, then within it
+        k = torch.searchsorted(head, q, right=True)
+        return (
+            torch.searchsorted(rows.index_select(0, k), q.unsqueeze(1), right=True)
+            .view(-1)
+            .add_(k, alpha=b)
+        )
+
+    def three_level(q):  # a group of 32 nodes, the node, the slot
+        q1 = q.unsqueeze(1)
+        c = torch.searchsorted(coarse, q, right=True)
+        k = torch.searchsorted(head_rows.index_select(0, c), q1, right=True).view(-1)
+        k = k.add_(c, alpha=b)
+        return torch.searchsorted(rows.index_select(0, k), q1, right=True).view(-1).add_(k, alpha=b)
+
+    def counting(q):  # branch-free: every level compares whole rows and counts
+        q1 = q.unsqueeze(1)
+        c = torch.le(coarse, q1).sum(1)
+        k = torch.le(head_rows.index_select(0, c), q1).sum(1).add_(c, alpha=b)
+        return torch.le(rows.index_select(0, k), q1).sum(1).add_(k, alpha=b)
+
+    layouts = {
+        "one searchsorted over every prefix sum": flat_search,
+        "node, then slot (two searches)": two_level,
+        "group, node, slot (three searches)": three_level,
+        "group, node, slot (compare and count)": counting,
+    }
+    for name, fn in layouts.items():
+        for q in sets:
+            if not torch.equal(fn(q), flat_search(q)):
+                raise AssertionError(f"{name} finds other slots than one searchsorted")
+    turn = itertools.count()
+    fns = {name: (lambda fn=fn: fn(sets[next(turn) % 64])) for name, fn in layouts.items()}
+    fns["one searchsorted, fixed sums"] = lambda: flat_search(sets[0])
+    fns["node search alone (every node's last sum)"] = lambda: torch.searchsorted(
+        head, sets[next(turn) % 64], right=True
+    )
+    times = interleaved(fns, args.rounds, max(200, args.number))
+    base = times["one searchsorted over every prefix sum"][0]
+    print(f"\n{capacity:,} slots, one search of {n} sums (µs, best round; new sums each call)")
+    out = {}
+    for name, (best, _) in times.items():
+        print(f"{name:<44}{best:9.1f}{best / base:8.2f}x")
+        out[name] = best
+    return out
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(
         allow_abbrev=False,
@@ -478,7 +597,10 @@ def main(argv=None) -> dict:
     p.add_argument("--online", type=int, default=100_000)
     p.add_argument("--designs", action="store_true", help="time sum-tree structures")
     p.add_argument("--profile", action="store_true", help="torch ops of what remains")
-    p.add_argument("--skip-mixed", action="store_true", help="only --designs / --profile")
+    p.add_argument("--searches", action="store_true", help="time layouts of the prefix-sum search")
+    p.add_argument(
+        "--skip-mixed", action="store_true", help="only --designs / --searches / --profile"
+    )
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore")
     torch.manual_seed(0)
@@ -487,6 +609,8 @@ def main(argv=None) -> dict:
         result["mixed"] = mixed(args)
     if args.designs:
         result["designs"] = designs(args)
+    if args.searches:
+        result["searches"] = searches(args)
     if args.profile:
         profile(args)
     return result

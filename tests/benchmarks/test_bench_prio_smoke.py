@@ -49,3 +49,31 @@ def test_bench_samplers_reports_one_prioritized_source_and_torchrl(tmp_path):
     assert re.search(r"^one source: prioritized sample \+ update\s+[\d.]+", text, re.M)
     assert re.search(r"^one source: the same, descending each time\s+[\d.]+", text, re.M)
     assert "TorchRL's PrioritizedReplayBuffer" in text  # runs, or says why not
+    # the floor of the same torch ops, against the buffer and a bare uniform draw
+    for name in (
+        "bare torch: prioritized draw + weights",
+        "bare torch: the same, fixed search sums",
+    ):
+        assert re.search(rf"^{re.escape(name)}\s+[\d.]+\s+one source: uniform", text, re.M), name
+    assert re.search(
+        r"^one source: prioritized sample \+ weights\s+[\d.]+\s+bare torch: prioritized", text, re.M
+    )
+
+
+def test_bench_samplers_search_layouts_find_the_same_slots(tmp_path):
+    # each layout is checked against one searchsorted inside the benchmark (it raises if one
+    # finds another slot); the tiny tree still has a group, a node and a slot level
+    text = run_bench(
+        "bench_samplers.py",
+        *("--skip-mixed", "--searches", "--rounds", "1", "--number", "2", "--online", "5000"),
+        tmp=tmp_path,
+    )
+    for name in (
+        "one searchsorted over every prefix sum",
+        "node, then slot (two searches)",
+        "group, node, slot (three searches)",
+        "group, node, slot (compare and count)",
+        "one searchsorted, fixed sums",
+        "node search alone (every node's last sum)",
+    ):
+        assert re.search(rf"^{re.escape(name)}\s+[\d.]+\s+[\d.]+x$", text, re.M), name

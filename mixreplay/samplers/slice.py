@@ -322,9 +322,13 @@ class SliceSampler(Sampler):
             return _show(used[1][0])
         return _show(self.episode_key)
 
+    #: the positions of the last whole-slice draw's shape, kept for the next draw of that
+    #: shape (a class default, so samplers pickled before it load); only ever read
+    _fixed_kept: tuple[int, int, torch.device, _Draw] | None = None
+
     def __getstate__(self) -> dict[str, Any]:
         # the per-slot index is a cache of the storage's content: rebuilt, never pickled
-        return {**self.__dict__, "_indexes": {}, "_last": None}
+        return {**self.__dict__, "_indexes": {}, "_last": None, "_fixed_kept": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # samplers pickled before TorchRL's options existed drew uniformly over starts
@@ -488,8 +492,15 @@ class SliceSampler(Sampler):
         return index
 
     def _fixed(self, k: int, L: int, device: torch.device) -> _Draw:
+        """Where each of ``k`` whole slices of ``L`` rows starts and ends in the batch: the same
+        for every draw of that shape, so kept (:meth:`info` only reads them as indices)."""
+        kept = self._fixed_kept
+        if kept is not None and kept[0] == k and kept[1] == L and kept[2] == device:
+            return kept[3]
         first = torch.arange(0, k * L, L, device=device)
-        return _Draw(k * L, first, first + (L - 1), None)
+        draw = _Draw(k * L, first, first + (L - 1), None)
+        self._fixed_kept = (k, L, device, draw)
+        return draw
 
     def _sample_starts(
         self, storage: Storage, size: int, k: int, L: int, generator: torch.Generator
@@ -530,7 +541,9 @@ class SliceSampler(Sampler):
                 raise EmptyBufferError(self._too_short_message(storage, L))
             # one uniform number picks the episode (integer part) and the start in it (fraction)
             u = torch.rand(k, generator=generator, dtype=torch.float64, device=gdev)
-            u = u.to(first.device).mul_(m)
+            if gdev != first.device:
+                u = u.to(first.device)
+            u = u.mul_(m)
             pick = u.to(torch.int64)
             rel = u.sub_(pick).mul_(starts_in.index_select(0, pick)).to(torch.int64)
             t = (first.index_select(0, pick) + rel).unsqueeze(1) + index.steps

@@ -316,6 +316,34 @@ def test_info_has_truncated_done_terminated_and_is_init_as_torchrl_writes_them()
     assert not info["next", "terminated"].any() and "is_init" not in info.keys()
 
 
+@pytest.mark.parametrize("uniform_over", ["trajectories", "starts"])
+def test_info_marks_follow_each_draws_shape_and_writes_to_them_change_no_later_draw(
+    uniform_over,
+):
+    # the slice positions of a draw are kept for the next draw of that shape: a draw of
+    # another shape (batch size or slice length) gets its own, and the info handed out is
+    # the caller's to write
+    rb = buffer([9, 7, 12], SliceSampler(3, uniform_over=uniform_over))
+    for n in (12, 6, 12, 9, 12):
+        batch, info = rb.sample(n, return_info=True)
+        truncated = info["next", "truncated"].view(n // 3, 3)
+        assert truncated[:, 2].all() and not truncated[:, :2].any(), n
+        assert [len(s) for s in slices(batch, info)] == [3] * (n // 3)
+        info["next", "truncated"].fill_(True)  # the caller's copy
+        info["next", "done"].fill_(False)
+    # num_slices: three slices whatever the batch, so the slice length changes with it
+    three = ReplayBuffer(
+        storage=rb.storage,
+        sampler=SliceSampler(num_slices=3, uniform_over=uniform_over),
+        generator=0,
+    )
+    for n in (12, 9, 12, 6):
+        _, info = three.sample(n, return_info=True)
+        marks = info["next", "truncated"].reshape(-1).nonzero().reshape(-1).tolist()
+        L = n // 3
+        assert marks == list(range(L - 1, n, L)), (n, L)
+
+
 def test_a_mixing_buffer_refuses_a_variable_length_source():
     offline = ReplayBuffer(storage=FrozenStorage.from_tensordict(episodes([10, 10])))
     with pytest.raises(

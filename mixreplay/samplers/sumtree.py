@@ -377,8 +377,11 @@ class SumTree:
         and their values.
 
         Each level keeps its sum strictly below the row it searches, so the child
-        found always holds a positive value; a subtraction ``a - b`` with ``a >= b``
-        never rounds below 0, so no clamp is needed on the way down.
+        found always holds a positive value. What is left for the level below is
+        clamped at 0: it subtracts the child's exclusive prefix sum computed as
+        ``cumsum - kids``, which can round above the previous child's inclusive sum,
+        the only bound ``s`` was compared with (values 1e-12 and 1.0 side by side:
+        ``(1e-12 + 1.0) - 1.0`` is 1.00009e-12).
         """
         cums, excl = self._top()
         top = cums.shape[0]
@@ -397,7 +400,10 @@ class SumTree:
             node = torch.add(child.view(-1), node, alpha=b)
             if not d:
                 return node, kids.gather(1, child).view(-1)
-            s = s.sub_(row.sub_(kids).gather(1, child))
+            # the child's exclusive prefix sum as ``row - kids`` may round above the previous
+            # child's inclusive one, which ``s`` is only known to reach: below 0, the next
+            # level would find no child (a slot of value 0); at 0 it finds the first positive
+            s = s.sub_(row.sub_(kids).gather(1, child)).clamp_(min=0.0)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _descend(self, s: torch.Tensor) -> torch.Tensor:
@@ -415,7 +421,7 @@ class SumTree:
             # keep s strictly below this row's sum, so the child picked has a positive value
             s = torch.minimum(s, row[:, -1:] * _BELOW)
             child = search(row, s).remainder_(b)  # b only where the row sums to 0
-            s = s - (row - kids).gather(1, child)
+            s = (s - (row - kids).gather(1, child)).clamp_(min=0.0)  # see _descend_lean
             node = torch.add(child.view(-1), node, alpha=b)
         return node
 

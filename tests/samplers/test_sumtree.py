@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mixreplay.samplers.sumtree import SumTree
@@ -267,6 +267,9 @@ def test_the_max_levels_follow_every_update(case, set_first):
     ),
     shape=st.sampled_from([(32, 4096), (2, 1), (3, 4), (4, 7)]),
 )
+@example(  # a child's exclusive sum as cumsum - kids rounded above s: slot 16 (value 0)
+    values=[0.0] * 15 + [1e-12, 0.0, 0.5, 0.5], fractions=[1e-12], shape=(2, 1)
+)
 def test_sample_is_find_with_the_values_of_the_slots(values, fractions, shape):
     """The sampler's lean descent lands where :meth:`find` does (boundaries aside), only on
     positive slots, and hands back the values of the slots it found."""
@@ -281,6 +284,7 @@ def test_sample_is_find_with_the_values_of_the_slots(values, fractions, shape):
     slots = tree.sample(u)
     assert torch.equal(u, kept)  # the caller's fractions are not overwritten
     assert (v[slots.numpy()] > 0).all()
+    assert (v[tree.find(u * tree.total()).numpy()] > 0).all()  # find's own descent too
     assert torch.equal(tree.values_at(slots), tree.leaves[slots])
     cum = np.cumsum(v)
     prefix = np.asarray(fractions) * tree.total()

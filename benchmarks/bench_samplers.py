@@ -585,6 +585,50 @@ def searches(args) -> dict:
     return out
 
 
+def runs(args) -> dict:
+    """Per draw, ``extend(1)`` and then ``D`` prioritized ``sample(256)`` + weights on one
+    source (the extend changes the tree), for several ``D``: the tree as it decides when to
+    keep its leaves' prefix sums, made to descend every draw, and made to build them on the
+    second draw of every run (the rule before; both pay off only for long enough runs)."""
+    import mixreplay
+    from mixreplay.samplers import PrioritizedSampler
+
+    rows, one = hopper_rows(args.online, seed=2), hopper_rows(1, seed=3)
+
+    def step(draws: int, how: str) -> Callable[[], None]:
+        rb = mixreplay.ReplayBuffer(  # one buffer per way: none sees another's runs
+            storage=mixreplay.LazyTensorStorage(args.online),
+            sampler=PrioritizedSampler(alpha=0.6, beta=0.4),
+            generator=0,
+        )
+        rb.extend(rows)
+        tree = rb.sampler.tree
+
+        def f():
+            rb.extend(one)
+            for _ in range(draws):
+                if how == "descending":
+                    tree._flat, tree._served = None, 0
+                elif how == "built on the 2nd draw":
+                    tree._run = 1 << 30
+                rb.sample(256, return_info=True)
+
+        return f
+
+    hows = ("as decided", "descending", "built on the 2nd draw")
+    out: dict = {}
+    print(f"\n{args.online:,} rows: µs per draw of extend(1) + D x sample(256, return_info)")
+    print(f"{'D':>3}" + "".join(f"{h:>24}" for h in hows) + f"{'decided ÷ descending':>24}")
+    for draws in (1, 2, 3, 4, 6, 10):
+        fns = {how: step(draws, how) for how in hows}
+        times = interleaved(fns, args.rounds, max(20, args.number // (4 * draws)))
+        per = {how: times[how][0] / draws for how in hows}
+        ratio = per["as decided"] / per["descending"]
+        print(f"{draws:>3}" + "".join(f"{per[h]:24.1f}" for h in hows) + f"{ratio:23.2f}x")
+        out[draws] = per
+    return out
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(
         allow_abbrev=False,
@@ -598,8 +642,9 @@ def main(argv=None) -> dict:
     p.add_argument("--designs", action="store_true", help="time sum-tree structures")
     p.add_argument("--profile", action="store_true", help="torch ops of what remains")
     p.add_argument("--searches", action="store_true", help="time layouts of the prefix-sum search")
+    p.add_argument("--runs", action="store_true", help="time prioritized draws per tree change")
     p.add_argument(
-        "--skip-mixed", action="store_true", help="only --designs / --searches / --profile"
+        "--skip-mixed", action="store_true", help="only --designs / --searches / --runs / --profile"
     )
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore")
@@ -611,6 +656,8 @@ def main(argv=None) -> dict:
         result["designs"] = designs(args)
     if args.searches:
         result["searches"] = searches(args)
+    if args.runs:
+        result["runs"] = runs(args)
     if args.profile:
         profile(args)
     return result

@@ -39,6 +39,11 @@ _BELOW = 1.0 - 2.0**-51  # x * _BELOW < x for every positive normal float64 x
 #: ATen's ``searchsorted`` runs in parallel above 200 queries; on a busy machine a
 #: wake-up of the thread pool costs milliseconds, so searches go in chunks of 200.
 _GRAIN = 200
+#: the prefix sums of every leaf (:meth:`SumTree._flat_prefix`) cost about one descent to build
+#: and save ~2/5 of one per later draw: they pay when a tree serves this many draws between
+#: changes. Built on the second draw when the previous run of draws was that long, and on
+#: this draw of any run; a tree drawn 2 or 3 times per change keeps descending
+_PAYS_AFTER = 4
 _INF = math.inf
 
 
@@ -131,6 +136,8 @@ class SumTree:
     _flat: torch.Tensor | None = None
     _flatbuf: torch.Tensor | None = None
     _served: int = 0
+    #: the draws served between the last two changes (while unknown, as many as pay)
+    _run: int = _PAYS_AFTER
 
     def __init__(
         self,
@@ -177,6 +184,8 @@ class SumTree:
         # the slots the last :meth:`sample` returned and their values (read by :meth:`values_at`)
         self._drawn: tuple[torch.Tensor, torch.Tensor] | None = None
         self._flat = None  # its buffer (_flatbuf) is kept and rewritten
+        if self._served:  # a change after draws: how many the tree served unchanged
+            self._run = self._served
         self._served = 0
 
     @property
@@ -301,10 +310,10 @@ class SumTree:
         # u <= n, so u * (total * _BELOW / n) < total, rounding included
         s = torch.mul(u, self._scale(n))
         if self._exact and self.depth == 1:
-            # from the second draw on an unchanged tree, one search over every leaf's prefix
-            # sum: the slots the descent finds, bit for bit (see _flat_prefix)
+            # once a tree serves enough draws unchanged (_PAYS_AFTER), one search over every
+            # leaf's prefix sum: the slots the descent finds, bit for bit (see _flat_prefix)
             flat = self._flat
-            if flat is None and self._served:
+            if flat is None and self._served and _PAYS_AFTER <= max(self._run, self._served + 1):
                 flat = self._flat_prefix()
             self._served += 1
             if flat is None:
@@ -350,9 +359,11 @@ class SumTree:
         ``cums[k]``, the very float row ``k + 1`` starts from, as the descent's docstring
         shows), so the count of its entries ``<= s`` is the whole rows before the top node
         the descent finds plus the count the descent takes in that node's row. Building it
-        costs about one descent (a cumsum and an add over every leaf), so :meth:`sample`
-        builds it on the second draw from an unchanged tree: a tree updated between every
-        draw never pays for it, a tree drawn from many times pays once.
+        costs about one descent (a cumsum and an add over every leaf) and each later draw
+        saves ~2/5 of one, so :meth:`sample` builds it only for runs of ``_PAYS_AFTER``
+        draws or more between changes: on the second draw of a run when the previous run
+        was that long (or none is known yet), else on that draw of the run. A tree updated
+        after every draw, or drawn 2 or 3 times per change, never pays for it.
         """
         _, excl = self._top()
         leaves = self._sums[0].view(-1, self.arity)
@@ -589,6 +600,7 @@ class SumTree:
             _cums=None, _excl=None, _head=None, _scaled=None, _below=None, _least=None, _drawn=None
         )
         state.update(_flat=None, _served=0)
+        state.pop("_run", None)
         state.pop("_flatbuf", None)
         state.pop("_scratch", None)
         state.pop("_cumbuf", None)

@@ -77,3 +77,13 @@ def test_bench_samplers_search_layouts_find_the_same_slots(tmp_path):
         "node search alone (every node's last sum)",
     ):
         assert re.search(rf"^{re.escape(name)}\s+[\d.]+\s+[\d.]+x$", text, re.M), name
+
+
+def test_bench_samplers_times_draws_per_change_of_the_tree(tmp_path):
+    text = run_bench(
+        "bench_samplers.py",
+        *("--skip-mixed", "--runs", "--rounds", "1", "--number", "8", "--online", "5000"),
+        tmp=tmp_path,
+    )
+    for draws in (1, 2, 3, 4, 6, 10):
+        assert re.search(rf"^\s+{draws}(\s+[\d.]+){{3}}\s+[\d.]+x$", text, re.M), draws

@@ -416,3 +416,37 @@ def test_draws_from_an_unchanged_tree_equal_the_first_draw_and_change_with_the_t
             assert torch.equal(again, fresh.sample(u, 300))  # a tree that never cached
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_prefix_sums_are_built_only_for_runs_of_draws_that_pay_and_draw_the_same():
+    """Built on the second draw while the last run between changes was long enough (or none is
+    known), else on the _PAYS_AFTER-th draw of a run; every draw equals a never-caching tree's."""
+    from mixreplay.samplers.sumtree import _PAYS_AFTER, SEQUENTIAL_CUMSUM
+
+    if not SEQUENTIAL_CUMSUM:
+        pytest.skip("the exact descent (and its prefix sums) needs a sequential CPU cumsum")
+    g = torch.Generator().manual_seed(5)
+    tree = SumTree(5_000, top=256)
+    tree.update(torch.arange(5_000), torch.rand(5_000, generator=g, dtype=torch.float64))
+
+    def run(draws: int) -> list[bool]:
+        """Change one slot, draw ``draws`` times; whether the prefix sums existed after each."""
+        slot = torch.randint(5_000, (1,), generator=g)
+        tree.update(slot, torch.rand(1, generator=g, dtype=torch.float64))
+        built = []
+        for _ in range(draws):
+            u = torch.rand(64, generator=g, dtype=torch.float64) * 64
+            fresh = SumTree(5_000, top=256)
+            fresh.set_leaves(tree.leaves.clone())
+            assert torch.equal(tree.sample(u, 64), fresh.sample(u, 64))
+            built.append(tree._flat is not None)
+        return built
+
+    assert run(2) == [False, True]  # nothing known yet: built on the second draw
+    assert run(2) == [False, False]  # runs of two do not pay
+    assert run(3) == [False, False, False]
+    long = run(_PAYS_AFTER + 2)  # a longer run builds on its _PAYS_AFTER-th draw
+    assert long == [False] * (_PAYS_AFTER - 1) + [True] * 3
+    assert run(_PAYS_AFTER) == [False] + [True] * (_PAYS_AFTER - 1)  # after a long run: second
+    assert run(1) == [False]
+    assert run(2) == [False, False]  # the last run held one draw: two more descend

@@ -450,3 +450,27 @@ def test_the_prefix_sums_are_built_only_for_runs_of_draws_that_pay_and_draw_the_
     assert run(_PAYS_AFTER) == [False] + [True] * (_PAYS_AFTER - 1)  # after a long run: second
     assert run(1) == [False]
     assert run(2) == [False, False]  # the last run held one draw: two more descend
+
+
+def test_random_trees_of_mixed_scales_draw_and_find_only_positive_slots():
+    """Seeded trees whose values span 1e-300 to 1e12, zeros among them, searched at random
+    fractions and at each slot's boundary and the float below it: neither the descent of
+    :meth:`sample` nor that of :meth:`find` ever lands on a slot holding 0 (before the
+    remainder was clamped at 0, about one tree in five did)."""
+    g = torch.Generator().manual_seed(11)
+    scales = torch.tensor([0.0, 1e-300, 1e-12, 1e-6, 1.0, 1e6, 1e12], dtype=torch.float64)
+    shapes = [(2, 1), (3, 4), (4, 7), (32, 4), (8, 2)]
+    for trial in range(300):
+        arity, top = shapes[trial % len(shapes)]
+        n = int(torch.randint(1, 300, (1,), generator=g))
+        pick = torch.randint(len(scales), (n,), generator=g)
+        values = scales[pick] * torch.rand(n, generator=g, dtype=torch.float64)
+        if values.sum() == 0:
+            continue
+        tree = SumTree(n, arity=arity, top=top)
+        tree.update(torch.arange(n), values)
+        edges = (values.cumsum(0) / tree.total()).clamp(max=1 - 2**-53)
+        below = torch.nextafter(edges, torch.zeros_like(edges))
+        u = torch.cat([torch.rand(64, generator=g, dtype=torch.float64), edges, below])
+        drawn, found = tree.sample(u.clone()), tree.find(u * tree.total())
+        assert (values[drawn] > 0).all() and (values[found] > 0).all(), (trial, arity, top)

@@ -150,6 +150,22 @@ def main(argv=None) -> dict:
         )
         return out
 
+    # the same draws and gathers into kept buffers, then each leaf copied out of the packed
+    # rows into its own memory: the torch work of a batch whose leaves own their memory
+    kept = {}
+    for B in (256, 1024):
+        k, out = round(0.5 * B), torch.empty(B, W, dtype=torch.int64)
+        index = (torch.empty(k, dtype=torch.int64), torch.empty(B - k, dtype=torch.int64))
+        kept[B] = (index, (out[:k], out[k:]), list(m_off.storage.layout.split(out)))
+
+    def owned(B):
+        (a, b), (part_a, part_b), views = kept[B]
+        a.random_(0, off_rows.shape[0], generator=g)
+        b.random_(0, on_rows.shape[0], generator=g)
+        torch.index_select(off_rows, 0, a, out=part_a)
+        torch.index_select(on_rows, 0, b, out=part_b)
+        return torch._foreach_clone(views)
+
     rows = []
 
     def compare(name, mix_fn, trl_fn, raw_fn=None, number=2000):
@@ -161,12 +177,14 @@ def main(argv=None) -> dict:
     compare(
         "mixed sample(256)", lambda: m_rb.sample(256), lambda: t_rb.sample(256), lambda: raw(256)
     )
+    owned_us = {256: best_of(lambda: owned(256), args.rounds, 2000)}
     compare(
         "mixed sample(1024)",
         lambda: m_rb.sample(1024),
         lambda: t_rb.sample(1024),
         lambda: raw(1024),
     )
+    owned_us[1024] = best_of(lambda: owned(1024), args.rounds, 2000)
     compare("extend(1 row)", lambda: m_ext.extend(one_row), lambda: t_ext.extend(one_row))
 
     def m_step():  # a training step's buffer cost: one environment step in, one batch out
@@ -198,6 +216,13 @@ def main(argv=None) -> dict:
         floor = f"{r:14.1f}{m / r:9.2f}x" if r else f"{'':14}{'':10}"
         print(f"{name:<22}{m:14.1f}{t:12.1f}{t / m:9.1f}x{floor}")
         result[name] = {"mixreplay_us": m, "torchrl_us": t, "speedup": t / m, "floor_us": r}
+    for B, floor in owned_us.items():  # timed right after the table's row
+        m = result[f"mixed sample({B})"]["mixreplay_us"]
+        print(
+            f"mixed sample({B}): the same torch work with each leaf copied out (leaves owning "
+            f"their memory) {floor:.1f} µs; mixreplay {m / floor:.2f}x it"
+        )
+        result[f"mixed sample({B})"]["owned_floor_us"] = floor
     storage = m_rb.online_buffer.storage
     print(
         f"online storage: {storage.max_size:,} rows × {storage.row_bytes} bytes = "

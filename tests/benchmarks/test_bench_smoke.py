@@ -122,6 +122,13 @@ def test_bench_sampling_tiny(tmp_path):
         assert re.search(rf"^{re.escape(op)}\s+[\d.]+\s+[\d.]+\s+[\d.]+x", text, re.M), op
     for op in ("3-way mixture", "prioritized sample+update(256)", "slices sample(256"):
         assert op in text
+    for B in (256, 1024):  # the floor of a batch whose leaves own their memory
+        assert re.search(
+            rf"^mixed sample\({B}\): the same torch work with each leaf copied out .* "
+            r"[\d.]+ µs; mixreplay [\d.]+x it$",
+            text,
+            re.M,
+        ), B
 
 
 @pytest.mark.torchrl

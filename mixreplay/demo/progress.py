@@ -39,8 +39,8 @@ class RunBar(tqdm):
         >>> now = [0.0]
         >>> bar = RunBar(total=10, file=io.StringIO(), clock=lambda: now[0])
         >>> bar.begin(); now[0] = 4.0; bar.update(10); bar.end(); now[0] = 60.0
-        >>> bar.elapsed_s
-        4.0
+        >>> bar.span  # the clock's readings at begin and end: the bar shows 00:04, not 01:00
+        (0.0, 4.0)
         >>> bar.close()
     """
 
@@ -52,7 +52,11 @@ class RunBar(tqdm):
         super().__init__(*args, **kwargs)
 
     @property
-    def elapsed_s(self) -> float:
+    def span(self) -> tuple[float | None, float | None]:
+        """The clock's readings at :meth:`begin` and :meth:`end` (``None`` until each happens)."""
+        return self._began, self._ended
+
+    def _elapsed_s(self) -> float:
         """Seconds from :meth:`begin` to :meth:`end` (or to now while running); 0 while queued."""
         if self._began is None:
             return 0.0
@@ -78,7 +82,7 @@ class RunBar(tqdm):
     @property
     def format_dict(self) -> dict:
         values = dict(super().format_dict)
-        values["elapsed"] = self.elapsed_s  # tqdm derives the shown time and rate from it
+        values["elapsed"] = self._elapsed_s()  # tqdm derives the shown time and rate from it
         return values
 
     def close(self) -> None:

@@ -115,8 +115,8 @@ def test_bars_show_each_run_its_own_time():
     out = io.StringIO()
     bars = RunBars(["a", "b", "c"], [10, 10, 10], file=out, clock=lambda: reading[0])
     a, b, c = bars.bars
-    assert (a.elapsed_s, b.elapsed_s, c.elapsed_s) == (0, 0, 0)  # nothing charged before a start
-    assert "queued" in str(a)
+    assert a.span == b.span == c.span == (None, None)  # no reading taken before a start
+    assert "queued" in str(a) and "0/10 [00:00<?" in str(b)
     bars.start(0)
     reading[0] = b_starts
     bars.start(1)
@@ -126,11 +126,12 @@ def test_bars_show_each_run_its_own_time():
     bars.advance(1, 4)
     reading[0] = redraw
     bars.tick()
-    assert b.elapsed_s == redraw - b_starts  # running: charged from its own start, not a's
+    assert b.span == (b_starts, None)  # running: counted from its own start reading, not a's
+    assert "4/10 [00:07<" in str(b)  # redraw - b_starts readings shown, not redraw - a_starts
     bars.advance(1, 6)
     bars.finish(1)
     reading[0] = demo_ends  # the demo ends much later: finished bars stop at their finish
-    assert (a.elapsed_s, b.elapsed_s, c.elapsed_s) == (a_ends - a_starts, b_ends - b_starts, 0)
+    assert (a.span, b.span, c.span) == ((a_starts, a_ends), (b_starts, b_ends), (None, None))
     lines = [str(bar) for bar in bars.bars]
     # tqdm shows the charged span (5 and 7 readings) and a's rate over it (10 steps / 5)
     assert "10/10 [00:05<00:00" in lines[0] and "2.00 steps/s" in lines[0]

@@ -135,6 +135,8 @@ class SumTree:
     #: pickled before them load)
     _flat: torch.Tensor | None = None
     _flatbuf: torch.Tensor | None = None
+    #: scratch of :meth:`_led_cumsum` (never pickled: rebuilt on use)
+    _ledbuf: torch.Tensor | None = None
     _served: int = 0
     #: the draws served between the last two changes (while unknown, as many as pay)
     _run: int = _PAYS_AFTER
@@ -388,11 +390,12 @@ class SumTree:
         and their values.
 
         Each level keeps its sum strictly below the row it searches, so the child
-        found always holds a positive value. What is left for the level below is
-        clamped at 0: it subtracts the child's exclusive prefix sum computed as
-        ``cumsum - kids``, which can round above the previous child's inclusive sum,
-        the only bound ``s`` was compared with (values 1e-12 and 1.0 side by side:
-        ``(1e-12 + 1.0) - 1.0`` is 1.00009e-12).
+        found always holds a positive value, and passes down ``s`` less the inclusive sum
+        of the children before it: the very float ``s`` was found to reach, so what is
+        left never rounds below 0 (as at the top, where ``excl`` is the shifted ``cums``).
+        The exclusive sum taken as ``cumsum - kids`` instead can round above it (1e-12 and
+        1.0 side by side: ``(1e-12 + 1.0) - 1.0`` is 1.00009e-12) and leave a negative
+        remainder, with which the level below took its first child whatever it held.
         """
         cums, excl = self._top()
         top = cums.shape[0]
@@ -404,18 +407,29 @@ class SumTree:
         levels = self._sums[:-1]
         for d in range(len(levels) - 1, -1, -1):
             kids = torch.index_select(levels[d].view(-1, b), 0, node)  # [n, b]
-            row = kids.cumsum(1)
+            row = self._led_cumsum(kids)  # [n, b + 1]: 0, then each child's inclusive sum
             s = torch.minimum(s, row[:, -1:] * _BELOW)
-            # the count of row sums <= s (searchsorted's right=True, without its thread pool)
-            child = torch.le(row, s).sum(1, keepdim=True).remainder_(b)  # b: the row sums to 0
+            # the count of children's sums <= s (searchsorted's right=True, without its
+            # thread pool): one less than that of the row, whose leading 0 is <= s; b where
+            # the row sums to 0
+            child = torch.le(row, s).sum(1, keepdim=True).sub_(1).remainder_(b)
             node = torch.add(child.view(-1), node, alpha=b)
             if not d:
                 return node, kids.gather(1, child).view(-1)
-            # the child's exclusive prefix sum as ``row - kids`` may round above the previous
-            # child's inclusive one, which ``s`` is only known to reach: below 0, the next
-            # level would find no child (a slot of value 0); at 0 it finds the first positive
-            s = s.sub_(row.sub_(kids).gather(1, child)).clamp_(min=0.0)
+            s = s.sub_(row.gather(1, child))  # less the sums before the child: >= 0
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _led_cumsum(self, kids: torch.Tensor) -> torch.Tensor:
+        """``[0, cumsum(row)]`` for each row of ``kids`` (``[n, arity]``): column ``c`` holds the
+        sum of the children before ``c``, the very floats a search of the row compares with.
+        Written into kept scratch whose first column stays 0 (valid until the next call)."""
+        n, width = kids.shape[0], kids.shape[1] + 1
+        buf = self._ledbuf
+        if buf is None or buf.shape[0] < n or buf.shape[1] != width or buf.device != kids.device:
+            buf = self._ledbuf = kids.new_zeros(n, width)
+        row = buf if buf.shape[0] == n else buf[:n]
+        torch.cumsum(kids, 1, out=row[:, 1:])
+        return row
 
     def _descend(self, s: torch.Tensor) -> torch.Tensor:
         cums, excl = self._top()
@@ -428,11 +442,13 @@ class SumTree:
         s = (s - excl.index_select(0, node)).unsqueeze(1)
         for level in reversed(self._sums[:-1]):
             kids = torch.index_select(level.view(-1, b), 0, node)  # [n, b]
-            row = kids.cumsum(1)
+            row = self._led_cumsum(kids)
             # keep s strictly below this row's sum, so the child picked has a positive value
             s = torch.minimum(s, row[:, -1:] * _BELOW)
-            child = search(row, s).remainder_(b)  # b only where the row sums to 0
-            s = (s - (row - kids).gather(1, child)).clamp_(min=0.0)  # see _descend_lean
+            # the leading 0 is <= s: one more than the children's count (b + 1 where the
+            # row sums to 0, so the child is 0 there)
+            child = search(row, s).sub_(1).remainder_(b)
+            s = s - row.gather(1, child)  # as in _descend_lean: never below 0
             node = torch.add(child.view(-1), node, alpha=b)
         return node
 
@@ -602,6 +618,7 @@ class SumTree:
         state.update(_flat=None, _served=0)
         state.pop("_run", None)
         state.pop("_flatbuf", None)
+        state.pop("_ledbuf", None)
         state.pop("_scratch", None)
         state.pop("_cumbuf", None)
         state.pop("_views", None)

@@ -181,24 +181,22 @@ def mixed(args) -> dict:
     low, leaves, store = tree.min_tensor(), tree.leaves, sp.storage
     bare_g = torch.Generator().manual_seed(5)
 
-    def bare_prioritized():
-        u = torch.rand(256, generator=bare_g, dtype=torch.float64)
-        u.add_(torch.randperm(256, generator=bare_g, dtype=torch.float64))
-        slots = torch.searchsorted(prefix, u.mul_(scale), right=True)
-        weights = torch.div(low, leaves.index_select(0, slots)).pow_(0.4).to(torch.float32)
-        return store.gather_unlocked(slots), weights
-
     fixed = torch.rand(256, generator=bare_g, dtype=torch.float64)
     fixed.add_(torch.randperm(256, generator=bare_g, dtype=torch.float64)).mul_(scale)
 
-    def bare_fixed_queries():
-        # the bare draw searching one fixed set of sums every call: the search then finds its
-        # path in cache and its branches predicted, what a benchmark reusing its queries sees
-        u = torch.rand(256, generator=bare_g, dtype=torch.float64)
-        u.add_(torch.randperm(256, generator=bare_g, dtype=torch.float64))
-        slots = torch.searchsorted(prefix, fixed, right=True)
-        weights = torch.div(low, leaves.index_select(0, slots)).pow_(0.4).to(torch.float32)
-        return store.gather_unlocked(slots), weights
+    def bare_prioritized(new_sums: bool):
+        """The bare draw; without ``new_sums`` it searches one fixed set of sums every call
+        (its path then in cache and its branches predicted, as a benchmark reusing its
+        queries sees), the draw's ops still run."""
+
+        def draw():
+            u = torch.rand(256, generator=bare_g, dtype=torch.float64)
+            u.add_(torch.randperm(256, generator=bare_g, dtype=torch.float64)).mul_(scale)
+            slots = torch.searchsorted(prefix, u if new_sums else fixed, right=True)
+            weights = torch.div(low, leaves.index_select(0, slots)).pow_(0.4).to(torch.float32)
+            return store.gather_unlocked(slots), weights
+
+        return draw
 
     def bare_uniform():
         return store.gather_unlocked(torch.randint(len(store), (256,), generator=bare_g))
@@ -206,8 +204,8 @@ def mixed(args) -> dict:
     fns = {
         "uniform sample(256)": lambda: uniform.sample(256),
         "bare torch: uniform draw + gather": bare_uniform,
-        "bare torch: prioritized draw + weights": bare_prioritized,
-        "bare torch: the same, fixed search sums": bare_fixed_queries,
+        "bare torch: prioritized draw + weights": bare_prioritized(new_sums=True),
+        "bare torch: the same, fixed search sums": bare_prioritized(new_sums=False),
         "one source: uniform sample(256)": lambda: su.sample(256),
         "one source: prioritized sample + weights": lambda: sp.sample(256, return_info=True),
         "one source: the same, descending each time": descending,

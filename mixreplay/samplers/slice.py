@@ -322,9 +322,9 @@ class SliceSampler(Sampler):
             return _show(used[1][0])
         return _show(self.episode_key)
 
-    #: the positions of the last whole-slice draw's shape, kept for the next draw of that
-    #: shape (a class default, so samplers pickled before it load); only ever read
-    _fixed_kept: tuple[int, int, torch.device, _Draw] | None = None
+    #: the positions of the last whole-slice draw, kept for the next draw of that shape (a
+    #: class default, so samplers pickled before it load); only ever read
+    _fixed_kept: _Draw | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # the per-slot index is a cache of the storage's content: rebuilt, never pickled
@@ -495,12 +495,16 @@ class SliceSampler(Sampler):
         """Where each of ``k`` whole slices of ``L`` rows starts and ends in the batch: the same
         for every draw of that shape, so kept (:meth:`info` only reads them as indices)."""
         kept = self._fixed_kept
-        if kept is not None and kept[0] == k and kept[1] == L and kept[2] == device:
-            return kept[3]
+        if (
+            kept is not None
+            and kept.rows == k * L
+            and kept.starts.shape[0] == k
+            and kept.starts.device == device
+        ):
+            return kept
         first = torch.arange(0, k * L, L, device=device)
-        draw = _Draw(k * L, first, first + (L - 1), None)
-        self._fixed_kept = (k, L, device, draw)
-        return draw
+        kept = self._fixed_kept = _Draw(k * L, first, first + (L - 1), None)
+        return kept
 
     def _sample_starts(
         self, storage: Storage, size: int, k: int, L: int, generator: torch.Generator

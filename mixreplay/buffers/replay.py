@@ -579,15 +579,14 @@ class ReplayBuffer(BufferBase[Sampled]):
 
     def empty(self, empty_write_count: bool = True) -> None:
         """Forget every row; ``write_count`` restarts from 0 unless ``empty_write_count=False``."""
-        self._discard_prefetched()  # batches of rows that are gone; undone, not just dropped
-        self._storage.empty()
-        if empty_write_count:
-            self._storage.reset_write_count()
+        with self._paused():  # batches of rows that are gone: undone, not just dropped
+            self._storage.empty()
+            if empty_write_count:
+                self._storage.reset_write_count()
 
     # -- state and checkpoints (mixreplay.checkpoint) ---------------------------------------
 
-    def state_lock(self) -> AbstractContextManager[Any]:
-        """Hold while reading :meth:`state_dict` with ``copy=False`` (and writing it out)."""
+    def _locks(self) -> AbstractContextManager[Any]:
         return self._storage.lock
 
     def state_dict(self, *, copy: bool = True, by_reference: bool = False) -> dict[str, Any]:
@@ -603,9 +602,8 @@ class ReplayBuffer(BufferBase[Sampled]):
         While prefetching, the batches not yet returned are discarded first and the
         generator rewound to before them (see :mod:`mixreplay.prefetch`).
         """
-        self._discard_prefetched()
         storage = self._storage
-        with storage.lock:
+        with self._paused(), storage.lock:
             by_reference = by_reference or not storage.writable
             return {
                 "kind": type(self).__name__,

@@ -325,19 +325,31 @@ class MixingBuffer(BufferBase[MixedDraw]):
         self._restore_split_state(state[2])
 
     def _fractions_changed(self) -> None:
-        # Batches drawn ahead keep their split only while it is still the current one.
+        """The split may have changed: batches drawn ahead are kept only if theirs did not.
+
+        A split that carries remainders from batch to batch (a mixture's) carried them under
+        the old fractions, so every queued batch is undone; otherwise a queued batch is kept
+        when the new fractions give it the very counts it was drawn with (then it is the batch
+        the new fractions draw). Either way ``sample()`` returns what a buffer without
+        prefetching returns.
+        """
         p = self._prefetcher
-        if p is not None and p.ready:
-            p.wait()
-            snapshot = self._split_state()
+        if p is None:
+            return
+        if self._split_state() is not None:
+            p.discard()
+            return
+        B = self._batch_size
+        assert B is not None  # check_prefetch: prefetching needs a batch size
+
+        def keep(queued: list[MixedDraw | None]) -> bool:
             try:
-                assert self._batch_size is not None
-                counts = self._counts(self._batch_size)
+                counts = self._counts(B)
             except (EmptyBufferError, ValueError):
-                counts = None
-            self._restore_split_state(snapshot)
-            if any(r is None or r.counts != counts for r in p.queued()):  # None: a failed draw
-                p.discard()
+                return False
+            return all(r is not None and r.counts == counts for r in queued)  # None: failed
+
+        p.revise(keep)
 
     def sample(self, batch_size: int | None = None, *, return_info: bool = False) -> Any:
         """Draw one flat ``[batch_size]`` batch: each source's rows in source order.
@@ -600,8 +612,8 @@ class MixingBuffer(BufferBase[MixedDraw]):
     # -- state and checkpoints (mixreplay.checkpoint) --------------------------------------
 
     @contextlib.contextmanager
-    def state_lock(self) -> Iterator[None]:
-        """Hold every source's lock, in source order (a consistent snapshot)."""
+    def _locks(self) -> Iterator[None]:
+        """Every source's lock, in source order (the lock order of :mod:`mixreplay.buffers.base`)."""
         with contextlib.ExitStack() as stack:
             for src in self._sources:
                 stack.enter_context(src.lock())
@@ -626,8 +638,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
             copy: copy rows (a snapshot, the default); ``False`` returns views, valid
                 while :meth:`state_lock` is held.
         """
-        self._discard_prefetched()
-        with self.state_lock():
+        with self._paused(), self._locks():
             return {
                 "kind": type(self).__name__,
                 **self._generators_state(),
@@ -669,7 +680,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
         plans.append(self._plan_mixing_state(state))
 
         def apply() -> None:
-            with self.state_lock():
+            with self._locks():
                 for plan in plans:
                     plan()
             self._unit_size = None

@@ -340,8 +340,8 @@ class BufferSource(MixSource):
         return self.buffer.sampler.check_priority(index, priority)
 
     def apply_priority(self, checked: Any) -> None:
-        with self.buffer.state_lock():
-            self.buffer.sampler.apply_priority(checked)
+        with self._storage.lock:
+            self._sampler.apply_priority(checked)
 
     def draw_state(self) -> Any:
         return self.buffer.sampler.draw_state()
@@ -352,7 +352,7 @@ class BufferSource(MixSource):
     # -- writes and state -------------------------------------------------------------------
 
     def lock(self) -> AbstractContextManager[Any]:
-        return self.buffer.state_lock()
+        return self._storage.lock
 
     def extend(self, data: TensorDictBase) -> torch.Tensor:
         return self.buffer.extend(data)

@@ -136,6 +136,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
         self._sources = list(sources)
         # asked before every batch; a source's sampler and storage are its own for life
         self._available = [s.available_getter() for s in self._sources]
+        self._prioritized = [s.prioritized for s in self._sources]
         for src in self._sources:
             if len(src):
                 self._check_source_key(src.stored_schema)
@@ -399,14 +400,16 @@ class MixingBuffer(BufferBase[MixedDraw]):
         counts = self._counts(B)
         if not self._fused or stamp != self._fused_stamp:
             self._refresh_layout()
+        # each prioritized source's weights, read with its rows (see _held)
+        weights: list[torch.Tensor | None] | None = [None] * len(counts) if info else None
         if self._fused:
-            batch, indices = self._gather_fused(counts)
+            batch, indices = self._gather_fused(counts, weights=weights)
         else:
             indices = [None] * len(counts)
             # a failed draw (a source's transform raising, say) is undone: retrying draws the same
             snapshot = self._draw_snapshot()
             try:
-                batch = self._sample_generic(B, counts, indices)
+                batch = self._sample_generic(B, counts, indices, weights)
             except BaseException:
                 self._restore_draws(snapshot)
                 raise
@@ -416,22 +419,31 @@ class MixingBuffer(BufferBase[MixedDraw]):
             device = batch.device or torch.device("cpu")
             source = self._source_labels(counts, device).to(device, copy=True)
             if self._source_key is not None:
-                batch.set(self._source_key, source)
+                # the batch's column is its own: writing to it never reroutes update_priority
+                batch.set(self._source_key, source.clone() if info else source)
         batch = self._finish(batch)
-        if not info:
-            return MixedDraw(batch, counts, indices, source, None)
-        # The weights are read now: priorities may change before the info is built.
-        weights = [
-            None if idx is None else src.weight(idx) for src, idx in zip(self._sources, indices)
-        ]
         return MixedDraw(batch, counts, indices, source, weights)
 
+    def _held(self, i: int, weights: list[torch.Tensor | None] | None) -> Any:
+        """What a draw from source ``i`` holds: with ``weights`` (info asked for) and a
+        prioritized source, that source's lock (re-entrant), so that its weights are read under
+        the same hold as its rows; a collector writing meanwhile could otherwise put a row's
+        priority and the smallest priority in two states (weights above 1, a tree caught
+        mid-update)."""
+        if weights is None or not self._prioritized[i]:
+            return contextlib.nullcontext()
+        return self._sources[i].lock()
+
     def _gather_fused(
-        self, counts: list[int], keep_indices: bool = True
+        self,
+        counts: list[int],
+        keep_indices: bool = True,
+        weights: list[torch.Tensor | None] | None = None,
     ) -> tuple[TensorDictBase, list[torch.Tensor | None]]:
         """The fast path: one gather per source, straight into one packed output, then each
         leaf copied out of it; the batch and each source's row indices (without
-        ``keep_indices``, they may be the scratch's buffers, rewritten by the next batch)."""
+        ``keep_indices``, they may be the scratch's buffers, rewritten by the next batch).
+        ``weights``, when given, is filled with each prioritized source's weights."""
         layout = self._layout
         assert layout is not None
         # The packed rows are scratch (copy_views copies every leaf out of them), so one CPU
@@ -445,7 +457,13 @@ class MixingBuffer(BufferBase[MixedDraw]):
         for i, part, index in kept.parts:
             # drawn where the rows are: the buffer's generator for host rows
             g = gen if where[i] is None else self._generator_for(where[i])
-            indices[i] = drawers[i](counts[i], g, part, None if keep_indices else index)
+            if weights is None:
+                indices[i] = drawers[i](counts[i], g, part, None if keep_indices else index)
+                continue
+            with self._held(i, weights):
+                indices[i] = idx = drawers[i](counts[i], g, part, None)
+                if self._prioritized[i]:
+                    weights[i] = self._sources[i].weight(idx)
         rows = kept.rows
         batch = layout.copy_views(rows.views, rows.batch_size, self._device)
         if self._host_out:  # elsewhere a copy may still be reading it
@@ -465,14 +483,23 @@ class MixingBuffer(BufferBase[MixedDraw]):
         return labels
 
     def _sample_generic(
-        self, B: int, counts: list[int], indices: list[torch.Tensor | None]
+        self,
+        B: int,
+        counts: list[int],
+        indices: list[torch.Tensor | None],
+        weights: list[torch.Tensor | None] | None = None,
     ) -> TensorDictBase:
         """Sources that are foreign, transformed or differ in layout: draw, transform, align."""
         parts = []
         for i, k in enumerate(counts):
             if not k:
                 continue
-            drawn = self._sources[i].draw(k, self._generator_for(self._sources[i].device))
+            src = self._sources[i]
+            g = self._generator_for(src.device)
+            with self._held(i, weights):
+                drawn = src.draw(k, g)
+                if weights is not None and self._prioritized[i] and drawn.index is not None:
+                    weights[i] = src.weight(drawn.index)
             rows = drawn.rows
             if rows.batch_size != (k,):  # the batch would hold rows of uninitialised memory
                 raise ValueError(

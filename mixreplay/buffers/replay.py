@@ -350,10 +350,19 @@ class ReplayBuffer(BufferBase[Sampled]):
         first (see :mod:`mixreplay.transforms`); when they keep nothing, nothing is
         written and the slots are empty.
         """
+        return self.extend_checked(data, None)
+
+    def extend_checked(self, data: Any, check: Callable[[Any], None] | None) -> torch.Tensor:
+        """:meth:`extend`, calling ``check(rows)`` on the rows as they will be stored (after
+        the write-side transforms) before anything is written; what ``check`` raises is
+        raised, and nothing is written. A mixing buffer checks that its sources' rows mix
+        this way, on what its online side will really hold."""
         if self._transform.writes:
             data = self._transform.inv(data)
             if _no_rows(data):
                 return _NOTHING_WRITTEN.clone()
+        if check is not None:
+            check(data)
         return self._write(data)
 
     def add(self, data: Any) -> Any:

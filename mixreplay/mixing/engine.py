@@ -196,13 +196,24 @@ class MixingBuffer(BufferBase[MixedDraw]):
             )
 
     def _write(self, target: int, data: TensorDictBase) -> torch.Tensor:
-        """Write rows to source ``target``, checking that they mix first."""
+        """Write rows to source ``target``, checking first that they mix, as stored (after the
+        source's write-side transforms): refused with nothing written, or written because
+        they mix."""
         src = self._sources[target]
         check_rows(data)  # mixed batches are TensorDicts: the other data types are ReplayBuffer's
-        if src.stored_schema is None and isinstance(data, TensorDictBase) and data.batch_dims >= 1:
-            self._check_schemas(src.incoming_schema(data), target)
+
+        def check(rows: TensorDictBase) -> None:
+            if src.stored_schema is not None:  # the storage checks later rows against it
+                return
+            if not isinstance(rows, TensorDictBase) or rows.batch_dims < 1:
+                raise TypeError(
+                    f"source {self._names[target]!r}: its write-side transforms turned the rows "
+                    f"into {type(rows).__name__}; a mixing buffer stores TensorDict rows [n]"
+                )
+            self._check_schemas(src.incoming_schema(rows), target)
+
         self._before_write()
-        index = src.extend(data)
+        index = src.extend(data, check)
         if not self._fused:
             self._refresh_layout()
         self._after_write()

@@ -144,7 +144,7 @@ class MixSource(abc.ABC):
         """The schema of the rows it contributes, after its own transforms (``None``: no rows yet)."""
 
     def incoming_schema(self, data: TensorDictBase) -> Schema:
-        """What rows ``data``, written here, would contribute to a batch."""
+        """What rows ``data``, as this source stores them, would contribute to a batch."""
         return Schema.from_tensordict(data, batch_dims=data.batch_dims)
 
     def saved_schema(self, state: Any) -> Schema | None:
@@ -203,8 +203,12 @@ class MixSource(abc.ABC):
         """Held for a consistent snapshot of its state (a checkpoint, a priority update)."""
         return contextlib.nullcontext()
 
-    def extend(self, data: TensorDictBase) -> torch.Tensor:
-        """Write rows; return where they went."""
+    def extend(
+        self, data: TensorDictBase, check: Callable[[TensorDictBase], None] | None = None
+    ) -> torch.Tensor:
+        """Write rows; return where they went. ``check(rows)``, when given, is called on the
+        rows as they will be stored (after any write-side transform), before anything is
+        written; what it raises is raised, with nothing written."""
         raise ReadOnlyError(f"{self!r} is read-only")
 
     @abc.abstractmethod
@@ -302,6 +306,7 @@ class BufferSource(MixSource):
         return _schema_after(buffer.transform, buffer.storage[:1])
 
     def incoming_schema(self, data: TensorDictBase) -> Schema:
+        # ``data`` as stored (after the write-side transforms): what the read side makes of it
         if self.buffer.transform:
             return _schema_after(self.buffer.transform, data[:1])
         return super().incoming_schema(data)
@@ -354,8 +359,10 @@ class BufferSource(MixSource):
     def lock(self) -> AbstractContextManager[Any]:
         return self._storage.lock
 
-    def extend(self, data: TensorDictBase) -> torch.Tensor:
-        return self.buffer.extend(data)
+    def extend(
+        self, data: TensorDictBase, check: Callable[[TensorDictBase], None] | None = None
+    ) -> torch.Tensor:
+        return self.buffer.extend_checked(data, check)
 
     def state_dict(self, *, copy: bool = True, by_reference: bool = False) -> dict[str, Any]:
         return self.buffer.state_dict(copy=copy, by_reference=by_reference)

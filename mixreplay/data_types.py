@@ -48,9 +48,12 @@ __all__ = [
     "TensorRows",
     "TreeRows",
     "codec_from_json",
+    "device_of",
     "explain_write_error",
     "is_collection",
     "one_row",
+    "pin_memory",
+    "to_device",
     "to_rows",
 ]
 
@@ -358,6 +361,39 @@ def _stack(items: list[Any]) -> Any:
             "holds items (one row each) that must share one structure and shape; a batch "
             f"whose leaves already hold the rows goes in a tuple or a dict ({err})"
         ) from None
+
+
+def device_of(data: Any) -> torch.device | None:
+    """The device every tensor of a batch of any type above is on (``None``: several or none)."""
+    if isinstance(data, (TensorDictBase, torch.Tensor)) or is_tensorclass(data):
+        return data.device
+    devices = {leaf.device for leaf in pytree.tree_leaves(data) if isinstance(leaf, torch.Tensor)}
+    return devices.pop() if len(devices) == 1 else None
+
+
+def to_device(data: Any, device: torch.device, non_blocking: bool = False) -> Any:
+    """A batch of any type above, moved to ``device`` (one copy per leaf not already there)."""
+    if isinstance(data, (TensorDictBase, torch.Tensor)) or is_tensorclass(data):
+        return data.to(device, non_blocking=non_blocking)
+    return pytree.tree_map(
+        lambda leaf: leaf.to(device, non_blocking=non_blocking)
+        if isinstance(leaf, torch.Tensor)
+        else leaf,
+        data,
+    )
+
+
+def pin_memory(data: Any) -> Any:
+    """A batch of any type above in page-locked memory (leaves off the host are left as they are)."""
+    if isinstance(data, (TensorDictBase, torch.Tensor)) or is_tensorclass(data):
+        device = data.device
+        return data if device is not None and device.type != "cpu" else data.pin_memory()
+    return pytree.tree_map(
+        lambda leaf: leaf.pin_memory()
+        if isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu"
+        else leaf,
+        data,
+    )
 
 
 def as_batch(data: Any) -> Any:

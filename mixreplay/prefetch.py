@@ -56,6 +56,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
+from mixreplay import data_types
 from mixreplay._validate import check_bool, check_int
 
 __all__ = ["Prefetcher", "check_pin_memory", "check_prefetch", "pin"]
@@ -97,10 +98,8 @@ def check_pin_memory(pin_memory) -> bool:
 
 
 def pin(batch):
-    """``batch`` in page-locked memory, when it is on the CPU."""
-    if batch.device is not None and batch.device.type != "cpu":
-        return batch
-    return batch.pin_memory()
+    """``batch`` (of any data type a buffer gives back) in page-locked memory, when on the CPU."""
+    return data_types.pin_memory(batch)
 
 
 class Prefetcher(Generic[T]):

@@ -38,9 +38,8 @@ from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
 
 import torch
-from tensordict import TensorDictBase
 
-from mixreplay import checkpoint
+from mixreplay import checkpoint, data_types
 from mixreplay._state import Plan, generator_state, plan_generator
 from mixreplay._validate import check_int, describe
 from mixreplay.errors import CheckpointError
@@ -271,13 +270,13 @@ class BufferBase(Generic[R]):
             self._prefetch_stamp = stamp
             self._discard_prefetched()
 
-    def _finish(self, batch: TensorDictBase) -> TensorDictBase:
+    def _finish(self, batch: Any) -> Any:
         """The tail of every batch: on ``batch_device``, this buffer's transforms, then pinning."""
         dest = self._batch_device
-        if dest is not None and batch.device != dest:
+        if dest is not None and data_types.device_of(batch) != dest:
             # the fast paths gather straight onto dest; this is the fallback (foreign storages,
             # source transforms): one copy per leaf, asynchronous only towards an accelerator
-            batch = batch.to(dest, non_blocking=dest.type != "cpu")
+            batch = data_types.to_device(batch, dest, non_blocking=dest.type != "cpu")
         if self._transform:
             batch = self._transform(batch)
         if self._pin_memory:

@@ -376,9 +376,9 @@ def to_device(data: Any, device: torch.device, non_blocking: bool = False) -> An
     if isinstance(data, (TensorDictBase, torch.Tensor)) or is_tensorclass(data):
         return data.to(device, non_blocking=non_blocking)
     return pytree.tree_map(
-        lambda leaf: leaf.to(device, non_blocking=non_blocking)
-        if isinstance(leaf, torch.Tensor)
-        else leaf,
+        lambda leaf: (
+            leaf.to(device, non_blocking=non_blocking) if isinstance(leaf, torch.Tensor) else leaf
+        ),
         data,
     )
 
@@ -389,9 +389,11 @@ def pin_memory(data: Any) -> Any:
         device = data.device
         return data if device is not None and device.type != "cpu" else data.pin_memory()
     return pytree.tree_map(
-        lambda leaf: leaf.pin_memory()
-        if isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu"
-        else leaf,
+        lambda leaf: (
+            leaf.pin_memory()
+            if isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu"
+            else leaf
+        ),
         data,
     )
 

@@ -32,6 +32,7 @@ from mixreplay.buffers.replay import Drawer
 from mixreplay.errors import CheckpointError, EmptyBufferError, PriorityError, SchemaMismatchError
 from mixreplay.layout import PackedRows, RowLayout, new_tensordict
 from mixreplay.mixing.source import MixSource, strip_bookkeeping
+from mixreplay.samplers.base import MASK_KEY
 from mixreplay.schema import NestedKey, Schema, format_key, normalize_key
 from mixreplay.storages.base import check_rows
 from mixreplay.transforms import Transform
@@ -86,6 +87,19 @@ class MixedDraw(NamedTuple):
     source: torch.Tensor | None
     #: each source's importance weights, read at draw time (``None`` without info)
     weights: list[torch.Tensor | None] | None
+    #: each padding source's mask of real rows, read at draw time (``None`` without info)
+    masks: list[torch.Tensor | None] | None = None
+
+
+class _Notes(NamedTuple):
+    """What a draw with info reads of each source with its rows (see MixingBuffer._held)."""
+
+    weights: list[torch.Tensor | None]
+    masks: list[torch.Tensor | None]
+
+    @classmethod
+    def empty(cls, n: int) -> _Notes:
+        return cls([None] * n, [None] * n)
 
 
 def _rows(td: TensorDictBase) -> str:
@@ -137,6 +151,9 @@ class MixingBuffer(BufferBase[MixedDraw]):
         # asked before every batch; a source's sampler and storage are its own for life
         self._available = [s.available_getter() for s in self._sources]
         self._prioritized = [s.prioritized for s in self._sources]
+        self._pads = [s.pads for s in self._sources]
+        # what a draw with info reads under the source's lock with the rows
+        self._noted = [p or q for p, q in zip(self._prioritized, self._pads)]
         for src in self._sources:
             if len(src):
                 self._check_source_key(src.stored_schema)
@@ -372,8 +389,10 @@ class MixingBuffer(BufferBase[MixedDraw]):
         Keyword Args:
             return_info: also return a TensorDict with, per row, ``"source"``
                 (index of its source), ``"index"`` (its row in that source, -1
-                when a foreign source does not say) and ``"weight"`` (importance
-                weight; 1 for uniformly sampled rows) when any source is prioritized.
+                when a foreign source does not say), ``"weight"`` (importance
+                weight; 1 for uniformly sampled rows) when any source is prioritized,
+                and ``("collector", "mask")`` (``False`` on padding rows) when a source
+                pads short slices (``SliceSampler(pad_output=True)``).
 
         Returns:
             The batch (new memory), or ``(batch, info)``.
@@ -411,16 +430,16 @@ class MixingBuffer(BufferBase[MixedDraw]):
         counts = self._counts(B)
         if not self._fused or stamp != self._fused_stamp:
             self._refresh_layout()
-        # each prioritized source's weights, read with its rows (see _held)
-        weights: list[torch.Tensor | None] | None = [None] * len(counts) if info else None
+        # each prioritized source's weights and padding source's mask, read with its rows
+        notes = _Notes.empty(len(counts)) if info else None
         if self._fused:
-            batch, indices = self._gather_fused(counts, weights=weights)
+            batch, indices = self._gather_fused(counts, notes=notes)
         else:
             indices = [None] * len(counts)
             # a failed draw (a source's transform raising, say) is undone: retrying draws the same
             snapshot = self._draw_snapshot()
             try:
-                batch = self._sample_generic(B, counts, indices, weights)
+                batch = self._sample_generic(B, counts, indices, notes)
             except BaseException:
                 self._restore_draws(snapshot)
                 raise
@@ -433,28 +452,38 @@ class MixingBuffer(BufferBase[MixedDraw]):
                 # the batch's column is its own: writing to it never reroutes update_priority
                 batch.set(self._source_key, source.clone() if info else source)
         batch = self._finish(batch)
-        return MixedDraw(batch, counts, indices, source, weights)
+        if notes is None:
+            return MixedDraw(batch, counts, indices, source, None)
+        return MixedDraw(batch, counts, indices, source, notes.weights, notes.masks)
 
-    def _held(self, i: int, weights: list[torch.Tensor | None] | None) -> Any:
-        """What a draw from source ``i`` holds: with ``weights`` (info asked for) and a
-        prioritized source, that source's lock (re-entrant), so that its weights are read under
-        the same hold as its rows; a collector writing meanwhile could otherwise put a row's
-        priority and the smallest priority in two states (weights above 1, a tree caught
-        mid-update)."""
-        if weights is None or not self._prioritized[i]:
+    def _held(self, i: int, notes: _Notes | None) -> Any:
+        """What a draw from source ``i`` holds: with ``notes`` (info asked for) and a source
+        that has something to note (weights, a mask), that source's lock (re-entrant), so that
+        the notes are read under the same hold as its rows; a collector writing meanwhile could
+        otherwise put a row's priority and the smallest priority in two states (weights above
+        1, a tree caught mid-update)."""
+        if notes is None or not self._noted[i]:
             return contextlib.nullcontext()
         return self._sources[i].lock()
+
+    def _note(self, i: int, index: torch.Tensor, notes: _Notes) -> None:
+        """Read source ``i``'s weights and mask of the draw that returned ``index`` (held)."""
+        src = self._sources[i]
+        if self._prioritized[i]:
+            notes.weights[i] = src.weight(index)
+        if self._pads[i]:
+            notes.masks[i] = src.mask(index)
 
     def _gather_fused(
         self,
         counts: list[int],
         keep_indices: bool = True,
-        weights: list[torch.Tensor | None] | None = None,
+        notes: _Notes | None = None,
     ) -> tuple[TensorDictBase, list[torch.Tensor | None]]:
         """The fast path: one gather per source, straight into one packed output, then each
         leaf copied out of it; the batch and each source's row indices (without
         ``keep_indices``, they may be the scratch's buffers, rewritten by the next batch).
-        ``weights``, when given, is filled with each prioritized source's weights."""
+        ``notes``, when given, is filled with the sources' weights and masks."""
         layout = self._layout
         assert layout is not None
         # The packed rows are scratch (copy_views copies every leaf out of them), so one CPU
@@ -468,13 +497,12 @@ class MixingBuffer(BufferBase[MixedDraw]):
         for i, part, index in kept.parts:
             # drawn where the rows are: the buffer's generator for host rows
             g = gen if where[i] is None else self._generator_for(where[i])
-            if weights is None:
+            if notes is None:
                 indices[i] = drawers[i](counts[i], g, part, None if keep_indices else index)
                 continue
-            with self._held(i, weights):
+            with self._held(i, notes):
                 indices[i] = idx = drawers[i](counts[i], g, part, None)
-                if self._prioritized[i]:
-                    weights[i] = self._sources[i].weight(idx)
+                self._note(i, idx, notes)
         rows = kept.rows
         batch = layout.copy_views(rows.views, rows.batch_size, self._device)
         if self._host_out:  # elsewhere a copy may still be reading it
@@ -498,7 +526,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
         B: int,
         counts: list[int],
         indices: list[torch.Tensor | None],
-        weights: list[torch.Tensor | None] | None = None,
+        notes: _Notes | None = None,
     ) -> TensorDictBase:
         """Sources that are foreign, transformed or differ in layout: draw, transform, align."""
         parts = []
@@ -507,10 +535,10 @@ class MixingBuffer(BufferBase[MixedDraw]):
                 continue
             src = self._sources[i]
             g = self._generator_for(src.device)
-            with self._held(i, weights):
+            with self._held(i, notes):
                 drawn = src.draw(k, g)
-                if weights is not None and self._prioritized[i] and drawn.index is not None:
-                    weights[i] = src.weight(drawn.index)
+                if notes is not None and drawn.index is not None:
+                    self._note(i, drawn.index, notes)
             rows = drawn.rows
             if rows.batch_size != (k,):  # the batch would hold rows of uninitialised memory
                 raise ValueError(
@@ -578,7 +606,22 @@ class MixingBuffer(BufferBase[MixedDraw]):
                     for i in live
                 ]
             )
-        return new_tensordict(leaves, torch.Size([B]))
+        out = new_tensordict(leaves, torch.Size([B]))
+        masks = drawn.masks
+        if masks is not None and any(masks[i] is not None for i in live):
+            # the padding sources' rows as their samplers marked them; every other row is real
+            out.set(
+                MASK_KEY,
+                torch.cat(
+                    [
+                        torch.ones(counts[i], dtype=torch.bool)
+                        if (m := masks[i]) is None
+                        else m.to("cpu").reshape(-1)
+                        for i in live
+                    ]
+                ),
+            )
+        return out
 
     def update_priority(self, info: TensorDictBase, priority: Any) -> None:
         """Send each row's new priority to the source it was drawn from.

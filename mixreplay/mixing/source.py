@@ -34,7 +34,7 @@ from mixreplay._state import Plan
 from mixreplay.buffers.replay import Drawer, ReplayBuffer, drawer_of
 from mixreplay.errors import CheckpointError, ReadOnlyError
 from mixreplay.layout import RowLayout
-from mixreplay.samplers.base import Sampler
+from mixreplay.samplers.base import MASK_KEY, Sampler
 from mixreplay.schema import BOOKKEEPING_KEYS, Schema
 
 __all__ = [
@@ -118,6 +118,11 @@ class MixSource(abc.ABC):
         return False
 
     @property
+    def pads(self) -> bool:
+        """Whether its draws may hold padding rows (marked by :meth:`mask`)."""
+        return False
+
+    @property
     def write_count(self) -> int:
         """Rows written through :meth:`extend` since creation."""
         return 0
@@ -178,6 +183,11 @@ class MixSource(abc.ABC):
         """Importance weights of drawn rows, or ``None`` when they are uniform."""
         return None
 
+    def mask(self, index: torch.Tensor) -> torch.Tensor | None:
+        """Of the draw that just returned ``index`` (its lock still held): ``True`` for each
+        real row, ``False`` for padding; ``None`` when it does not pad."""
+        return None
+
     # -- priorities -------------------------------------------------------------------------
 
     def check_priority(self, index: torch.Tensor, priority: torch.Tensor) -> Any:
@@ -233,7 +243,8 @@ class BufferSource(MixSource):
             raise ValueError(
                 f"source {name!r} samples with {buffer.sampler!r}, which returns slices of varying "
                 "length, so it cannot give a mixing buffer its exact share of rows; use "
-                "pad_output=True (whole slices, padded, with a mask) or strict_length=True "
+                'pad_output=True (whole slices, padded; info[("collector", "mask")] marks the real '
+                "rows) or strict_length=True "
                 "without span"
             )
         if buffer.storage.codec is not None:
@@ -267,6 +278,10 @@ class BufferSource(MixSource):
     @property
     def prioritized(self) -> bool:
         return self.buffer.sampler.prioritized
+
+    @property
+    def pads(self) -> bool:
+        return self.buffer.sampler.pads
 
     def __len__(self) -> int:
         return len(self.buffer)
@@ -340,6 +355,10 @@ class BufferSource(MixSource):
     def weight(self, index: torch.Tensor) -> torch.Tensor | None:
         buffer = self.buffer
         return buffer.sampler.weight(index, buffer.storage)
+
+    def mask(self, index: torch.Tensor) -> torch.Tensor | None:
+        info = self._sampler.info(index, self._storage)
+        return None if info is None else info.get(MASK_KEY)
 
     def check_priority(self, index: torch.Tensor, priority: torch.Tensor) -> Any:
         return self.buffer.sampler.check_priority(index, priority)

@@ -15,6 +15,8 @@ mixreplay::
     │   └── DatasetPrefixTakenError(KeyError)  a dataset prefix is registered already
     ├── CheckpointError(ValueError)          a checkpoint is corrupt or does not fit
     │   └── CheckpointNotFoundError(FileNotFoundError)
+    ├── LockOrderError(RuntimeError)         a call would wait for a thread that needs a lock
+    │                                         the caller holds (it would never return)
     ├── BufferActorError(RuntimeError)       the Ray actor hosting a buffer is dead or unreachable
     ├── WriterEvictedError(RuntimeError)     the buffer actor forgot a writer whose rows it may hold
     └── MissingDependencyError(ImportError)  an optional extra is not installed
@@ -34,6 +36,7 @@ __all__ = [
     "DatasetNotFoundError",
     "DatasetPrefixTakenError",
     "EmptyBufferError",
+    "LockOrderError",
     "MissingDependencyError",
     "MixreplayError",
     "PriorityError",
@@ -101,6 +104,11 @@ class CheckpointError(MixreplayError, ValueError):
 
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
     """A checkpoint path points to nothing on disk."""
+
+
+class LockOrderError(MixreplayError, RuntimeError):
+    """A call would wait for a thread (the prefetch worker) that needs a lock the calling
+    thread holds: refused, with nothing changed, instead of waiting for ever."""
 
 
 class BufferActorError(MixreplayError, RuntimeError):

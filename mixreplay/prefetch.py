@@ -48,18 +48,27 @@ import collections
 import contextlib
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
+from concurrent.futures import TimeoutError as FuturesTimeout
 from typing import Any, Generic, TypeVar
 
 import torch
 
 from mixreplay import data_types
 from mixreplay._validate import check_bool, check_int
+from mixreplay.errors import LockOrderError
 
-__all__ = ["Prefetcher", "check_pin_memory", "check_prefetch", "pin"]
+__all__ = [
+    "HELD_LOCK_GRACE_S",
+    "PrefetchClosed",
+    "Prefetcher",
+    "check_pin_memory",
+    "check_prefetch",
+    "pin",
+]
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +111,35 @@ def pin(batch):
     return data_types.pin_memory(batch)
 
 
+#: seconds a call waits for a prefetched draw while its thread holds a lock that draw needs,
+#: before it is refused (:class:`~mixreplay.errors.LockOrderError`): a draw not blocked on that
+#: lock ends in far less
+HELD_LOCK_GRACE_S = 1.0
+
+
+def _wait_all(futures: list[Future], timeout: float | None) -> bool:
+    """Wait until every future has run or was cancelled; ``False`` if ``timeout`` ran out.
+
+    Not ``concurrent.futures.wait``: a future cancelled by the executor's shutdown is never
+    marked as notified, and that wait would never see it end.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for f in futures:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            f.exception(timeout=left)
+        except CancelledError:
+            pass
+        except FuturesTimeout:
+            return False
+    return True
+
+
+class PrefetchClosed(RuntimeError):
+    """The prefetcher was closed (from another thread) while a call was using it; the caller
+    draws in its own thread instead, as after ``close()``."""
+
+
 class Prefetcher(Generic[T]):
     """One worker thread drawing batches ahead, in order, with rewindable draws.
 
@@ -113,6 +151,10 @@ class Prefetcher(Generic[T]):
         restore: puts a snapshot back.
         ran_out: called after each draw; whether that draw ended an epoch
             (see :class:`~mixreplay.samplers.SamplerWithoutReplacement`).
+        holds: called in a thread about to wait for the worker; names a lock the worker's
+            draws take that this thread holds (``None``: none). Such a wait could never end
+            (the worker waits for that lock): it is given :data:`HELD_LOCK_GRACE_S`, then
+            refused with a :class:`~mixreplay.errors.LockOrderError`, nothing changed.
 
     ``self._lock`` guards the queue; it is held while waiting for the worker only by
     :meth:`discard`, :meth:`drop`, :meth:`revise` and :meth:`paused`'s entry, and the worker
@@ -127,6 +169,7 @@ class Prefetcher(Generic[T]):
         snapshot: Callable[[], object],
         restore: Callable[[object], None],
         ran_out: Callable[[], bool],
+        holds: Callable[[], str | None] = lambda: None,
     ):
         # Weak references to the owner's methods: the owner holds the prefetcher, and a buffer
         # dropped by the user is freed (and its thread stopped) without waiting for the GC.
@@ -134,6 +177,7 @@ class Prefetcher(Generic[T]):
         self._snapshot: weakref.WeakMethod[Any] = weakref.WeakMethod(snapshot)
         self._restore: weakref.WeakMethod[Any] = weakref.WeakMethod(restore)
         self._ran_out: weakref.WeakMethod[Any] = weakref.WeakMethod(ran_out)
+        self._holds = holds
         self.depth = depth
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mixreplay-prefetch")
         self._queue: collections.deque[Future] = collections.deque()
@@ -176,34 +220,54 @@ class Prefetcher(Generic[T]):
             if self._started and not self.closed:
                 self._top_up()
 
-    def _closed_error(self) -> RuntimeError:
-        return RuntimeError(
-            "the buffer was closed: its prefetch thread is stopped; build a new buffer"
-        )
+    def _await(self, pending: list[Future]) -> None:
+        """Wait for ``pending``; refused (LockOrderError) when they wait for a lock we hold."""
+        if all(f.done() for f in pending):
+            return
+        held = self._holds()
+        if held is None:
+            _wait_all(pending, None)
+            return
+        if not _wait_all(pending, HELD_LOCK_GRACE_S):
+            raise LockOrderError(
+                f"this call waits for the prefetch thread's draws, which need {held}, and this "
+                "thread holds it (inside 'with <buffer or source>.state_lock():'?): the wait "
+                "would never end. Call it after leaving that block, or build the buffer "
+                "without prefetch; nothing was changed"
+            )
 
     def next(self) -> tuple[T, bool]:
         """The oldest prefetched result and its ``ran_out`` flag (drawn now if none is queued).
 
         An error raised by the draw is raised here, in the draw's place: the draws asked
         for after it are undone, and the state is the one the failed draw left (as
-        without prefetching). While :meth:`paused`, the draw runs in the caller's thread.
-        The wait for the worker holds no lock.
+        without prefetching). While :meth:`paused`, or while this thread holds a lock the
+        worker's draws take and nothing is queued, the draw runs in the caller's thread.
+        The wait for the worker holds no lock. Raises :class:`PrefetchClosed` when the
+        prefetcher is (or gets) closed.
         """
-        if self.closed:
-            raise self._closed_error()
         with self._lock:
-            inline = bool(self._pauses)
+            if self.closed:
+                raise PrefetchClosed("the prefetcher was closed")
+            inline = bool(self._pauses) or (not self._queue and self._holds() is not None)
             if not inline:
                 self._started = True
-                self._top_up()
+                if self._holds() is None:  # else new draws would wait for our lock
+                    self._top_up()
                 future = self._queue.popleft()
         if inline:
             _, result, err, ran_out = self._job()
         else:
             try:
+                self._await([future])
+            except LockOrderError:
+                with self._lock:
+                    self._queue.appendleft(future)  # as it was
+                raise
+            try:
                 _, result, err, ran_out = future.result()
             except CancelledError:  # close() from another thread cancelled this draw
-                raise self._closed_error() from None
+                raise PrefetchClosed("the prefetcher was closed") from None
         if err is not None:
             with self._lock:
                 after = self._discard_locked()  # the state right after the failed draw
@@ -217,14 +281,14 @@ class Prefetcher(Generic[T]):
         with self._lock:
             pending = list(self._queue)
         if pending:
-            wait_futures(pending)
+            self._await(pending)
 
     def _discard_locked(self):
         pending = list(self._queue)
-        self._queue.clear()
         if not pending:
             return None
-        wait_futures(pending)
+        self._await(pending)  # before anything changes: a refusal leaves the queue as it was
+        self._queue.clear()
         first = pending[0]
         return None if first.cancelled() else first.result()[0]
 
@@ -247,7 +311,7 @@ class Prefetcher(Generic[T]):
             pending = list(self._queue)
             if not pending:
                 return
-            wait_futures(pending)
+            self._await(pending)
             if not keep([f.result()[1] for f in pending]):
                 state = self._discard_locked()
                 if state is not None:
@@ -292,8 +356,19 @@ class Prefetcher(Generic[T]):
         return not self._finalizer.alive
 
     def close(self) -> None:
-        """Stop the worker thread (waits for the draw in progress); idempotent."""
+        """Undo the draws not handed out yet and stop the worker thread; idempotent.
+
+        A :meth:`next` in another thread meanwhile raises :class:`PrefetchClosed` (its
+        caller then draws in its own thread); none submits a draw after this."""
         with self._lock:
-            self._queue.clear()
-        if self._finalizer.detach() is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
+            # the draws not handed out are undone, in the same hold of the lock that stops
+            # new ones being asked for: none is lost, none drawn twice
+            if not self.closed:
+                state = self._discard_locked()
+                if state is not None:
+                    self._call(self._restore, state)
+            stopping = self._finalizer.detach() is not None
+            if stopping:
+                self._executor.shutdown(wait=False, cancel_futures=True)
+        if stopping:
+            self._executor.shutdown(wait=True)  # the draw in progress, with no lock held

@@ -28,6 +28,7 @@ def test_exported_members_are_sorted_and_pinned():
         "FrozenStorage",
         "LazyMemmapStorage",
         "LazyTensorStorage",
+        "LockOrderError",
         "MissingDependencyError",
         "MixreplayError",
         "MixtureReplayBuffer",

@@ -435,3 +435,64 @@ def test_pickled_prefetching_buffer_continues_the_same_sequence():
             assert xs(copy.sample() for _ in range(5)) == xs(rb.sample() for _ in range(5))
         finally:
             copy.close()
+
+
+@pytest.mark.parametrize("kind", ["replay", "offline-to-online", "mixture"])
+def test_alpha_and_beta_changed_while_prefetching_apply_from_the_next_batch(kind):
+    """Annealing beta every step (and moving alpha) while batches are drawn ahead: every batch
+    and its weights are the plain buffer's (they were drawn under the old settings, or not,
+    depending on how far the worker had got)."""
+
+    def make(prefetch):
+        sampler = PrioritizedSampler(100, alpha=0.7, beta=0.4)
+        if kind == "replay":
+            rb = ReplayBuffer(
+                storage=LazyTensorStorage(100),
+                sampler=sampler,
+                batch_size=8,
+                generator=0,
+                prefetch=prefetch,
+            )
+            rb.extend(rows(60))
+            return rb, sampler
+        offline = ReplayBuffer(storage=LazyTensorStorage(100))
+        offline.extend(rows(40, 1000))
+        if kind == "mixture":
+            rb = MixtureReplayBuffer(
+                {"off": offline, "on": LazyTensorStorage(100)},
+                {"off": 1, "on": 1},
+                samplers={"on": sampler},
+                batch_size=8,
+                generator=0,
+                prefetch=prefetch,
+            )
+            rb.extend(rows(60), source="on")
+        else:
+            rb = OfflineToOnlineReplayBuffer(
+                offline,
+                online_capacity=100,
+                online_sampler=sampler,
+                batch_size=8,
+                generator=0,
+                prefetch=prefetch,
+            )
+            rb.extend(rows(60))
+        return rb, sampler
+
+    (plain, ps), (ahead, pa) = make(None), make(3)
+    try:
+        for step in range(40):
+            for sampler in (ps, pa):
+                sampler.beta = 0.4 + 0.6 * step / 40
+                if step % 10 == 5:
+                    sampler.alpha = 0.3 + step / 40
+            bp, ip = plain.sample(return_info=True)
+            ba, ia = ahead.sample(return_info=True)
+            assert ba["x"].tolist() == bp["x"].tolist(), step
+            assert torch.equal(ia["weight"], ip["weight"]), step
+            idx = ip["index"] if kind == "replay" else ip
+            prio = torch.arange(1, 9, dtype=torch.float32) * (1 + step % 3)
+            plain.update_priority(idx, prio)
+            ahead.update_priority(ia["index"] if kind == "replay" else ia, prio)
+    finally:
+        ahead.close()

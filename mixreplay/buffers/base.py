@@ -33,6 +33,7 @@ import hashlib
 import logging
 import operator
 import os
+import weakref
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
@@ -43,7 +44,7 @@ from mixreplay import checkpoint, data_types
 from mixreplay._state import Plan, generator_state, plan_generator
 from mixreplay._validate import check_int, describe
 from mixreplay.errors import CheckpointError
-from mixreplay.prefetch import Prefetcher, check_pin_memory, check_prefetch, pin
+from mixreplay.prefetch import PrefetchClosed, Prefetcher, check_pin_memory, check_prefetch, pin
 from mixreplay.transforms import Compose, Transform
 
 __all__ = [
@@ -217,6 +218,10 @@ class BufferBase(Generic[R]):
         """Hold every storage lock a consistent snapshot of the state needs (in lock order)."""
         raise NotImplementedError
 
+    def _lock_held(self) -> str | None:
+        """A lock this buffer's draws take that the calling thread holds, named (else ``None``)."""
+        raise NotImplementedError
+
     @contextlib.contextmanager
     def state_lock(self) -> Iterator[None]:
         """Hold the state still: no draw ahead, no write, while inside.
@@ -245,30 +250,34 @@ class BufferBase(Generic[R]):
         """One batch and whether it ended an epoch: from the prefetch queue when it holds
         this size, else drawn now."""
         n = self._resolve_batch_size(batch_size)
-        if self._prefetch:
-            prefetcher = self._prefetching()
-            assert prefetcher is not None
+        prefetcher = self._prefetcher
+        if prefetcher is not None:
             if n == self._batch_size:
-                self._check_prefetched()
-                return prefetcher.next()
-            # Another size: the queued batches are undone, so the sequence stays that of a
-            # buffer without prefetching.
-            prefetcher.discard()
+                self._check_prefetched(prefetcher)
+                try:
+                    return prefetcher.next()
+                except PrefetchClosed:  # close() from another thread: drawn here, as after it
+                    pass
+            else:
+                # Another size: the queued batches are undone, so the sequence stays that of
+                # a buffer without prefetching.
+                prefetcher.discard()
         return self._sample_now(n, info), self._ran_out()
 
-    def _transforms_stamp(self) -> int:
-        """Changes whenever a transform this buffer's batches go through changes."""
+    def _draw_stamp(self) -> int:
+        """Changes whenever what a draw gives changes other than the rows: a transform its
+        batches go through, a sampler's settings (a subclass adds its own)."""
         return self._transform.version
 
-    def _check_prefetched(self) -> None:
+    def _check_prefetched(self, prefetcher: Prefetcher[R]) -> None:
         # The transforms changed since the queued batches were drawn (``rb.transform.append``
-        # or, on a mixing buffer, a source's append_transform): the batches drawn ahead with
-        # the old ones are undone and drawn again, so every batch after the change follows it,
-        # whatever the prefetch thread had done by then.
-        stamp = self._transforms_stamp()
+        # or, on a mixing buffer, a source's append_transform), or a sampler's settings
+        # (alpha, beta): the batches drawn ahead with the old ones are undone and drawn again,
+        # so every batch after the change follows it, whatever the prefetch thread had done.
+        stamp = self._draw_stamp()
         if stamp != self._prefetch_stamp:
             self._prefetch_stamp = stamp
-            self._discard_prefetched()
+            prefetcher.discard()
 
     def _finish(self, batch: Any) -> Any:
         """The tail of every batch: on ``batch_device``, this buffer's transforms, then pinning."""
@@ -401,20 +410,39 @@ class BufferBase(Generic[R]):
         """A prefetch queue for ``prefetch`` (``None`` without); its thread starts on first use."""
         if not self._prefetch:
             return None
+        ref = weakref.ref(self)  # the prefetcher must not keep its buffer alive
+
+        def holds() -> str | None:
+            buffer = ref()
+            return None if buffer is None else buffer._lock_held()
+
         return Prefetcher(
             self._prefetch_draw,
             self._prefetch,
             snapshot=self._draw_snapshot,
             restore=self._restore_draws,
             ran_out=self._ran_out,
+            holds=holds,
         )
 
     def _prefetching(self) -> Prefetcher[R] | None:
         """The prefetch queue; ``None`` without ``prefetch``."""
         return self._prefetcher
 
+    def prefetch_paused(self) -> AbstractContextManager[Any]:
+        """A block in which this buffer, and every buffer that draws from it ahead of time,
+        draws nothing ahead: the batches drawn ahead are undone on entry (a ``sample()``
+        inside draws in its caller's thread). Re-entrant; what :meth:`state_lock` takes
+        before the storage locks."""
+        return self._paused()
+
     def _paused(self) -> AbstractContextManager[Any]:
-        """Prefetching paused (queued batches undone, nothing drawn ahead) while inside."""
+        """Prefetching paused (queued batches undone, nothing drawn ahead) while inside: this
+        buffer's own queue, and a subclass adds the others its state read must hold still."""
+        return self._own_paused()
+
+    def _own_paused(self) -> AbstractContextManager[Any]:
+        """This buffer's own prefetch queue paused while inside."""
         p = self._prefetcher
         return contextlib.nullcontext() if p is None else p.paused()
 
@@ -433,10 +461,14 @@ class BufferBase(Generic[R]):
             self._prefetcher.discard()
 
     def close(self) -> None:
-        """Stop the prefetch thread (a no-op without ``prefetch``); later samples are drawn in the caller's thread."""
-        if self._prefetcher is not None:
-            self._prefetcher.discard()
-            self._prefetcher.close()
+        """Stop the prefetch thread (a no-op without ``prefetch``); later samples are drawn in
+        the caller's thread, and a ``sample()`` in another thread meanwhile returns the batch
+        a buffer without prefetching would (or draws it itself)."""
+        prefetcher = self._prefetcher
+        if prefetcher is not None:
+            # first: until it has undone the draws not handed out, a sample() elsewhere waits
+            # on it (then draws itself), never on a state being rewound
+            prefetcher.close()
             self._prefetcher = None
         self._prefetch = 0
 
@@ -451,6 +483,7 @@ class BufferBase(Generic[R]):
         state = self.__dict__.copy()
         state["_prefetcher"] = None  # a thread does not pickle; the copy starts its own
         state.pop("_iterator", None)  # nor does a generator object
+        state.pop("_readers", None)  # the buffers reading this one: the copy has its own
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
@@ -550,6 +552,29 @@ class ReplayBuffer(BufferBase[Sampled]):
 
     def _locks(self) -> AbstractContextManager[Any]:
         return self._storage.lock
+
+    def _draw_stamp(self) -> int:
+        return self._transform.version + self._sampler.settings_version
+
+    def add_reader(self, reader: BufferBase[Any]) -> None:
+        """Register ``reader``, a buffer that draws from this one ahead of time (a mixing buffer
+        with ``prefetch``): whatever reads or replaces this buffer's whole state
+        (``state_dict``, ``load_state_dict``, ``empty``, ``state_lock``) first pauses the
+        reader's prefetching too, so that its queued batches hold no rows and no generator
+        state from before (held weakly)."""
+        self.__dict__.setdefault("_readers", []).append(weakref.ref(reader))
+
+    @contextlib.contextmanager
+    def _paused(self) -> Iterator[None]:
+        readers = [b for r in self.__dict__.get("_readers", ()) if (b := r()) is not None]
+        with contextlib.ExitStack() as stack:
+            for reader in readers:  # the readers' queues first: they draw under our lock
+                stack.enter_context(reader._own_paused())
+            stack.enter_context(self._own_paused())
+            yield
+
+    def _lock_held(self) -> str | None:
+        return "the lock of this buffer's storage" if self._storage.lock_held() else None
 
     def state_dict(self, *, copy: bool = True, by_reference: bool = False) -> dict[str, Any]:
         """The buffer's state: storage, sampler and generator, as tensors and JSON values.

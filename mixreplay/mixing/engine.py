@@ -91,6 +91,12 @@ class MixingBuffer(BufferBase[MixedDraw]):
         for src in self._sources:
             if len(src):
                 self._check_source_key(src.stored_schema)
+        self._register_as_reader()
+
+    def _register_as_reader(self) -> None:
+        # a source's own state_dict/load_state_dict/empty pause our prefetching first
+        for src in self._sources:
+            src.add_reader(self)
 
     # -- subclass hooks --------------------------------------------------------------------
 
@@ -174,13 +180,18 @@ class MixingBuffer(BufferBase[MixedDraw]):
         # versions only grow, so the sum changes whenever any source's transform changes
         return sum([s.transforms_version for s in self._sources])
 
-    def _transforms_stamp(self) -> int:
-        return self._sources_stamp() + self._transform.version
+    def _draw_stamp(self) -> int:
+        # versions only grow, so the sum changes whenever any of them changes
+        return sum([s.draw_version for s in self._sources]) + self._transform.version
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state["_plan"] = None  # drawers (closures) and scratch rows: made again on first use
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._register_as_reader()
 
     def _drawing_plan(self) -> DrawPlan:
         """The plan batches are drawn with, made again when a source's transforms changed
@@ -492,6 +503,22 @@ class MixingBuffer(BufferBase[MixedDraw]):
         return sum(s.write_count for s in self._sources if s.writable)
 
     # -- state and checkpoints (mixreplay.checkpoint) --------------------------------------
+
+    @contextlib.contextmanager
+    def _paused(self) -> Iterator[None]:
+        # Every prefetching reader of every source, this buffer included (a source shared
+        # with another mixing buffer: that one's worker draws under the same source lock)
+        with contextlib.ExitStack() as stack:
+            for src in self._sources:
+                stack.enter_context(src.paused())
+            stack.enter_context(self._own_paused())
+            yield
+
+    def _lock_held(self) -> str | None:
+        for name, src in zip(self._names, self._sources):
+            if src.lock_held():
+                return f"the lock of source {name!r}"
+        return None
 
     @contextlib.contextmanager
     def _locks(self) -> Iterator[None]:

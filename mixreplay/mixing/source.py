@@ -129,8 +129,15 @@ class MixSource(abc.ABC):
 
     @property
     def transforms_version(self) -> int:
-        """Changes whenever this source's own transforms change (prefetched batches then go)."""
+        """Changes whenever this source's own transforms change (a mixing buffer then plans
+        its draws again)."""
         return 0
+
+    @property
+    def draw_version(self) -> int:
+        """Changes whenever what its draws give changes other than its rows: its transforms,
+        its sampler's settings (prefetched batches then go)."""
+        return self.transforms_version
 
     @property
     def device(self) -> torch.device | None:
@@ -207,6 +214,19 @@ class MixSource(abc.ABC):
 
     def lock(self) -> AbstractContextManager[Any]:
         """Held for a consistent snapshot of its state (a checkpoint, a priority update)."""
+        return contextlib.nullcontext()
+
+    def lock_held(self) -> bool:
+        """Whether the calling thread holds :meth:`lock` (which its draws take)."""
+        return False
+
+    def add_reader(self, reader: Any) -> None:  # noqa: B027 - a no-op by default
+        """Pause ``reader``'s prefetching whenever this source's whole state is read or
+        replaced on its own (a mixing buffer registers itself)."""
+
+    def paused(self) -> AbstractContextManager[Any]:
+        """Hold every prefetching reader of this source still (see :meth:`add_reader`): taken
+        before its lock by whoever reads or replaces its whole state."""
         return contextlib.nullcontext()
 
     def extend(
@@ -300,6 +320,10 @@ class BufferSource(MixSource):
         return self._chain.version
 
     @property
+    def draw_version(self) -> int:
+        return self._chain.version + self._sampler.settings_version
+
+    @property
     def device(self) -> torch.device:
         return self.buffer.storage.device
 
@@ -370,6 +394,15 @@ class BufferSource(MixSource):
 
     def lock(self) -> AbstractContextManager[Any]:
         return self._storage.lock
+
+    def lock_held(self) -> bool:
+        return self._storage.lock_held()
+
+    def add_reader(self, reader: Any) -> None:
+        self.buffer.add_reader(reader)
+
+    def paused(self) -> AbstractContextManager[Any]:
+        return self.buffer.prefetch_paused()
 
     def extend(
         self, data: TensorDictBase, check: Callable[[TensorDictBase], None] | None = None

@@ -97,6 +97,10 @@ class Sampler:
     #: whether a draw may hold padding rows, marked ``False`` in the ``("collector", "mask")``
     #: entry of :meth:`info` (``SliceSampler(pad_output=True)``)
     pads: bool = False
+    #: grows whenever a setting that changes what a draw gives changes (a prioritized
+    #: sampler's ``alpha`` and ``beta``): a prefetching buffer redraws the batches it drew
+    #: ahead with the old settings
+    settings_version: int = 0
     #: what TorchRL's ``sample(storage, batch_size)`` says first when ``storage`` is not a
     #: mixreplay storage (TorchRL's own words, where its tests match them)
     foreign_storage_lead: ClassVar[str] = ""

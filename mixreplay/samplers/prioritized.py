@@ -286,9 +286,10 @@ class PrioritizedSampler(Sampler):
         lock = self._lock
         if lock is None:
             self._set_alpha(new)
-            return
-        with lock:
-            self._set_alpha(new)
+        else:
+            with lock:
+                self._set_alpha(new)
+        self.settings_version += 1
 
     def _set_alpha(self, new: float) -> None:
         self._settle()
@@ -351,6 +352,7 @@ class PrioritizedSampler(Sampler):
     @beta.setter
     def beta(self, value: float) -> None:
         self._beta = check_real(value, "PrioritizedSampler beta", min=0.0)
+        self.settings_version += 1
 
     @property
     def max_priority_within_buffer(self) -> bool:

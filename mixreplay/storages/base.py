@@ -163,6 +163,12 @@ class Locked:
     def __init__(self) -> None:
         self.lock = threading.RLock()
 
+    def lock_held(self) -> bool:
+        """Whether the calling thread holds :attr:`lock` (a prefetching buffer checks before it
+        waits for a worker that takes it)."""
+        owned = getattr(self.lock, "_is_owned", None)  # CPython's RLock says so
+        return bool(owned()) if owned is not None else False
+
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state.pop("lock", None)

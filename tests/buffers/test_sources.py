@@ -111,7 +111,7 @@ class Shifted(Counter):
         self.shift = 0
 
     @property
-    def transforms_version(self) -> int:
+    def draw_version(self) -> int:
         return self.shift
 
     def draw(self, n: int, generator: torch.Generator) -> Drawn:
@@ -120,7 +120,7 @@ class Shifted(Counter):
 
 
 def test_a_source_whose_transforms_change_is_heard_through_its_version():
-    # the source overrides transforms_version only (the contract); the buffer reads it before
+    # the source overrides draw_version only (the contract); the buffer reads it before
     # every batch, so batches drawn ahead with the old transform are drawn again
     source = Shifted(100)
     rb = OfflineToOnlineReplayBuffer(

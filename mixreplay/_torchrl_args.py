@@ -105,11 +105,8 @@ STORAGE_ARGS: TorchRLTable = {
     ),
     # mixreplay packs every row into one tensor: its storage is always consolidated
     "consolidated": ((False, True), ""),
-    "shared_init": (
-        (False,),
-        "a storage belongs to one process; to share a buffer between processes host it in a "
-        "Ray actor (mixreplay.distributed)",
-    ),
+    # True: the ring is shared between processes from the start (mixreplay.storages.shared)
+    "shared_init": ((False, True), ""),
     # only meaningful with shared_init=True, like in TorchRL
     "cleanup_memmap": ((True, False), ""),
 }

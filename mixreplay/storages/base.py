@@ -223,9 +223,7 @@ class Storage(Locked, abc.ABC):
 
     writable: ClassVar[bool] = True
     packed: ClassVar[bool] = False
-    #: whether slots hold items as written (:mod:`mixreplay.storages.items`), handed to the
-    #: buffer as a list for its ``collate_fn``, instead of rows of one schema
-    holds_items: ClassVar[bool] = False
+    holds_items: ClassVar[bool] = False  # see the class docs
     #: the name a checkpoint saves this storage under (the class name by default): moving
     #: the class to another module changes nothing saved; renaming it means setting this
     config_name: ClassVar[str] = "Storage"

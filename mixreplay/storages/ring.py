@@ -247,6 +247,11 @@ class TensorStorage(PackedStorage):
         self._scratch: tuple[RowLayout, torch.Tensor, dict[int, list[torch.Tensor]]] | None = None
         if data is not None:
             self.set(torch.arange(self.max_size), data)
+        if torchrl_kwargs.get("shared_init"):
+            # TorchRL's shared_init=True: rows any process may allocate, shared with all
+            from mixreplay.storages.shared import share_ring
+
+            share_ring(self)
 
     def __len__(self) -> int:
         return self._len
@@ -593,7 +598,8 @@ class LazyTensorStorage(TensorStorage):
 
     TorchRL's other arguments are honoured or refused: ``compilable`` (``False``),
     ``consolidated`` (either: rows are always packed into one tensor), ``shared_init``
-    (``False``; other processes use :mod:`mixreplay.distributed`), ``cleanup_memmap``.
+    (``True``: the ring is shared between processes from the start, see
+    :mod:`mixreplay.storages.shared`), ``cleanup_memmap``.
 
     Allocated from the first write: ``max_size`` × row bytes, never more.
 
@@ -734,8 +740,7 @@ class LazyMemmapStorage(TensorStorage):
             temporary directory (``storage.filename``).
         dedup_next: keep each next value once (see :class:`TensorStorage`); the rows
             and the next values kept apart both live in files of ``scratch_dir``.
-        compilable, shared_init: TorchRL's; only ``False`` (see
-            :class:`LazyTensorStorage`).
+        compilable, shared_init: TorchRL's (see :class:`LazyTensorStorage`).
 
     Examples:
         >>> import torch
@@ -794,9 +799,8 @@ class LazyMemmapStorage(TensorStorage):
         removed when the storage is collected or the process exits (see
         :func:`map_scratch_file`).
         """
-        # a shared ring's file stays visible: another process maps it by its path
         words, path = map_scratch_file(
-            self.scratch_dir, prefix, nbytes, keep=not self._auto_cleanup or self.shared
+            self.scratch_dir, prefix, nbytes, keep=not self._auto_cleanup
         )
         if path is None:
             return words, None, _nothing_to_remove

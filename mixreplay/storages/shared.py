@@ -1,59 +1,72 @@
 """Rings shared between processes (TorchRL's ``shared=True``): one ring, written and read anywhere.
 
 A collector in another process (TorchRL's ``AsyncCollector(replay_buffer=rb)``, a
-``multiprocessing.Process`` given the buffer) writes rows that the learner samples.
+``multiprocessing`` process given the buffer) writes rows that the learner samples.
 :func:`share_ring` turns a ring (:class:`~mixreplay.LazyTensorStorage` on the CPU,
 :class:`~mixreplay.LazyMemmapStorage`) into its shared variant, in place:
 
-- its rows live in shared memory (a memory-mapped file for ``LazyMemmapStorage``);
+- its rows live in a file every process maps (in ``/dev/shm``, memory, for a
+  ``LazyTensorStorage``; in the storage's own file for a ``LazyMemmapStorage``);
 - its counters (cursor, fill, write count, generation) live in a shared ``int64``
   tensor beside them, so ``len(rb)``, ``rb.write_count`` and the samplers see every
-  process's writes;
+  process's writes; a shared header names the rows' file and layout;
 - its lock is one re-entrant lock of the operating system, shared by every process.
 
 Every read and write of rows already holds the storage's lock (see
 :mod:`mixreplay.storages.base`); with that lock shared, the guarantees of the threaded
 path hold across processes: a row sampled is a whole row of one write (never torn),
-each written row lands once, and lengths never go backwards. Samplers live in each
-process and follow the shared counters (a prioritized sampler gives rows written
-elsewhere the priority of new rows when it next draws).
+each written row lands once, and lengths never go backwards. Taking the lock also maps
+the rows when another process allocated them (the first write, in whichever process,
+allocates them and fixes their layout), so a buffer may be handed to a collector before
+any row exists. Samplers live in each process and follow the shared counters (a
+prioritized sampler gives rows written elsewhere the priority of new rows when it next
+draws).
 
-The buffer travels to another process by pickling with ``multiprocessing`` (``spawn``
-or ``forkserver``: the rows and counters are mapped, not copied) or by ``fork``. Rows
-are allocated on the first write, which fixes their layout; that write must happen in
-the process that built the ring, before another process gets it (TorchRL's sac-async
-extends once and empties before starting its collector). A write elsewhere into a ring
-that has no rows yet is refused, never silently kept in that process alone.
+The buffer travels to another process by pickling with ``multiprocessing`` (``spawn``,
+``forkserver``: the counters, header and lock are shared; the rows are mapped from their
+file) or by ``fork``. Files: the process that shared the ring removes a rows file in
+``/dev/shm`` when the ring is collected or the process exits; a ``LazyMemmapStorage``
+keeps TorchRL's rule (its file in ``scratch_dir`` stays unless ``auto_cleanup=True``). A
+process killed before that can leave the file behind, as with any shared memory.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import os
+import weakref
 from multiprocessing.context import get_spawning_popen
 from typing import Any
 
 import numpy as np
 import torch
 
+from mixreplay.data_types import codec_from_json
 from mixreplay.errors import DataStructureError
 from mixreplay.layout import RowLayout
-from mixreplay.storages.ring import LazyMemmapStorage, TensorStorage
+from mixreplay.schema import Schema
+from mixreplay.storages.ring import (
+    LazyMemmapStorage,
+    TensorStorage,
+    _cleanup_file,
+    map_scratch_file,
+)
 
 __all__ = ["SharedRing", "is_shared", "share_ring"]
 
 log = logging.getLogger(__name__)
 
-_CURSOR, _LEN, _WRITE_COUNT, _GENERATION = range(4)
+_CURSOR, _LEN, _WRITE_COUNT, _GENERATION, _EPOCH = range(5)
 
 _CONTEXT = multiprocessing.get_context("spawn")  # a lock any start method can carry
 
-_ALLOCATE_FIRST = (
-    "a shared ring allocates its rows on its first write, in the process that built it, "
-    "before another process gets the buffer: extend it once there (and empty() it, as "
-    "TorchRL's sac-async does) before starting the processes that write to it"
-)
+#: bytes of the shared header (the rows' file, capacity and layout as JSON)
+_HEADER_BYTES = 1 << 16
+
+#: where the rows of a shared LazyTensorStorage go: memory, as any shared memory
+_SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 def _counter(i: int, doc: str) -> property:
@@ -66,20 +79,55 @@ def _counter(i: int, doc: str) -> property:
     return property(get, set_, doc=doc)
 
 
+class _FollowingLock:
+    """The shared OS lock of a ring; taking it also maps rows another process allocated."""
+
+    __slots__ = ("lock", "ring")
+
+    def __init__(self, lock: Any, ring: SharedRing):
+        self.lock = lock
+        self.ring = ring
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        # (a SemLock takes None for "no timeout": -1, threading's spelling, would not block)
+        got = self.lock.acquire(blocking, None if timeout is None or timeout < 0 else timeout)
+        if got:
+            try:
+                self.ring._follow()
+            except BaseException:
+                self.lock.release()
+                raise
+        return got
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
 class SharedRing:
     """The shared variant of a ring (a mixin before its class): counters, rows and lock
     shared between processes. Built by :func:`share_ring`, never directly."""
 
-    #: the counters, an ``int64 [4]`` tensor in shared memory
+    #: the counters, an ``int64 [5]`` tensor in shared memory
     _counters: torch.Tensor
     #: a NumPy view of them (reading one costs ~100 ns; a tensor element ~1 µs)
     _counts: np.ndarray
-    #: the process that built the ring: the only one that may allocate its rows
+    #: the shared header: the rows' file and layout, as length-prefixed JSON
+    _header: torch.Tensor
+    #: the allocation this process maps (the counters' epoch when it mapped the rows)
+    _mapped_epoch: int
+    #: the process that shared the ring: it removes the files it owns
     _owner_pid: int
-    #: whether the ring was handed to another process (its rows can no longer be allocated)
-    _handed_out: bool
-    #: the lock every process holds while it reads or writes rows (the ring's own)
+    #: the lock every process holds while it reads or writes rows
     lock: Any
+    _rows: torch.Tensor | None
+    _layout: RowLayout | None
+    max_size: int
 
     shared = True
 
@@ -88,52 +136,134 @@ class SharedRing:
     _write_count = _counter(_WRITE_COUNT, "Rows written since creation (shared).")
     _generation = _counter(_GENERATION, "Changes when rows change other than by writes (shared).")
 
-    def _allocate(self, layout: RowLayout) -> torch.Tensor:
-        if os.getpid() != self._owner_pid or self._handed_out:
+    @property
+    def codec(self) -> Any:
+        """How rows map to the type of the first write (shared through the header)."""
+        return self.__dict__.get("_codec")
+
+    @codec.setter
+    def codec(self, value: Any) -> None:
+        self.__dict__["_codec"] = value
+        if self._layout is not None and int(self._counts[_EPOCH]) == self._mapped_epoch:
+            header = self._read_header()
+            header["codec"] = None if value is None else value.to_json()
+            self._write_header(header)
+
+    # -- the header -------------------------------------------------------------------------
+
+    def _read_header(self) -> dict[str, Any]:
+        n = int(self._header[:8].view(torch.int64)[0])
+        return json.loads(bytes(self._header[8 : 8 + n].numpy())) if n else {}
+
+    def _write_header(self, header: dict[str, Any]) -> None:
+        payload = json.dumps(header).encode()
+        if len(payload) > _HEADER_BYTES - 8:
             raise DataStructureError(
-                f"this {_plain(type(self)).__name__} has no rows in this process: "
-                + _ALLOCATE_FIRST
+                f"the layout of these rows ({len(payload):,} bytes of JSON) is too large to "
+                f"share (at most {_HEADER_BYTES - 8:,}); store fewer keys per row"
             )
-        if getattr(self, "_rows", None) is not None:
+        self._header[8 : 8 + len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+        self._header[:8].view(torch.int64)[0] = len(payload)
+
+    # -- the rows: allocated by the first write anywhere, mapped by every process ------------
+
+    def _follow(self) -> None:
+        """Map the rows another process allocated (caller holds the lock)."""
+        epoch = int(self._counts[_EPOCH])
+        if epoch == self._mapped_epoch:
+            return
+        header = self._read_header()
+        layout = RowLayout(Schema.from_json(header["schema"]))
+        words = torch.from_file(
+            header["path"],
+            shared=True,
+            size=self.max_size * layout.row_words,
+            dtype=torch.int64,
+        )
+        self._rows = words.view(self.max_size, layout.row_words)
+        self._layout = layout
+        self.__dict__["_codec"] = codec_from_json(header.get("codec"))
+        self._mapped_epoch = epoch
+        self._adopt_file(header["path"], header.get("temp_dir"))
+
+    def _allocate(self, layout: RowLayout) -> torch.Tensor:
+        if self._rows is not None:
             raise DataStructureError(
-                "a shared ring keeps the layout of its first write: other processes hold its "
+                "a shared ring keeps the layout of its first write: other processes map its "
                 "rows; write rows of that layout (or build a new buffer for the new one)"
             )
-        rows = super()._allocate(layout)  # type: ignore[misc]
-        if not isinstance(self, LazyMemmapStorage):
-            rows.share_memory_()
-        return rows
+        return self._new_rows(layout)
+
+    def _new_rows(self, layout: RowLayout) -> torch.Tensor:
+        """Rows of ``layout`` in a new file, published to every process (caller holds the lock)."""
+        nbytes = self.max_size * layout.row_bytes
+        if isinstance(self, LazyMemmapStorage):
+            directory = self.scratch_dir
+        else:
+            directory = _SHM_DIR
+        words, path = map_scratch_file(directory, "rows-", nbytes, keep=True)
+        assert path is not None  # keep=True: the file stays visible
+        temp_dir = None if directory is not None else os.path.dirname(path)
+        self._write_header(
+            {"path": path, "temp_dir": temp_dir, "schema": layout.schema.to_json(), "codec": None}
+        )
+        epoch = int(self._counts[_EPOCH]) + 1
+        self._counts[_EPOCH] = epoch
+        self._mapped_epoch = epoch
+        self._adopt_file(path, temp_dir)
+        return words.view(self.max_size, layout.row_words)
+
+    def _adopt_file(self, path: str, temp_dir: str | None) -> None:
+        """Who removes the rows' file: the process that shared the ring (TorchRL's rule for a
+        ``LazyMemmapStorage`` in a ``scratch_dir``: kept unless ``auto_cleanup=True``)."""
+        ring: Any = self
+        memmap = isinstance(ring, LazyMemmapStorage)
+        if memmap:
+            ring.filename = path
+        if os.getpid() != self._owner_pid:
+            return
+        if memmap and ring.scratch_dir is not None and not ring._auto_cleanup:
+            return
+        done = weakref.finalize(self, _cleanup_file, path, temp_dir)
+        if memmap:
+
+            def release() -> bool:
+                done.detach()
+                return _cleanup_file(path, temp_dir)
+
+            ring._finalizer = release
+
+    # -- pickling: to a process being started, or a private copy ---------------------------
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         plain = _plain(type(self))
         state = self.__getstate__()  # type: ignore[attr-defined]
+        state.pop("_counts", None)
         if get_spawning_popen() is None:
             # an ordinary copy (pickle, deepcopy, torch.save): a private ring of its own
-            for name, i in (("_cursor", _CURSOR), ("_len", _LEN), ("_write_count", _WRITE_COUNT)):
+            for name, i in (
+                ("_cursor", _CURSOR),
+                ("_len", _LEN),
+                ("_write_count", _WRITE_COUNT),
+                ("_generation", _GENERATION),
+            ):
                 state[name] = int(self._counts[i])
-            state["_generation"] = int(self._counts[_GENERATION])
-            for name in ("_counters", "_counts", "_owner_pid", "_handed_out"):
+            state["codec"] = state.pop("_codec", None)
+            for name in ("_counters", "_header", "_mapped_epoch", "_owner_pid"):
                 state.pop(name, None)
             rows = state.get("_rows")
             if rows is not None:
                 state["_rows"] = rows.clone()
             if isinstance(self, LazyMemmapStorage):
                 state["filename"] = None
-            return (_rebuild, (plain, state, False))
-        # to a process being started: the same rows, counters and lock
-        self._handed_out = True
-        state["lock"] = self.lock
-        state.pop("_counts", None)
-        if isinstance(self, LazyMemmapStorage) and state.get("_rows") is not None:
-            if self.filename is None:
-                raise RuntimeError(
-                    "this shared LazyMemmapStorage's file was unlinked when it was mapped (no "
-                    "scratch_dir), so another process cannot map it: build it with "
-                    "scratch_dir=..., or share the buffer before its first write"
-                )
-            rows = state.pop("_rows")
-            state["_mapped"] = (self.filename, tuple(rows.shape))
-        return (_rebuild, (plain, state, True))
+            return (_rebuild, (plain, state, None))
+        # to a process being started: the same counters, header and lock; the rows are mapped
+        # there from their file when it first takes the lock
+        lock = self.lock.lock
+        for name in ("_rows", "_layout", "_codec"):
+            state.pop(name, None)
+        state["_mapped_epoch"] = 0
+        return (_rebuild, (plain, state, lock))
 
 
 def _plain(cls: type) -> type:
@@ -159,21 +289,15 @@ def _variant(cls: type) -> type:
     return out
 
 
-def _rebuild(plain: type, state: dict[str, Any], shared: bool) -> TensorStorage:
-    """A ring unpickled: the shared variant with the sender's rows, counters and lock, or a
-    private copy."""
-    cls = _variant(plain) if shared else plain
-    obj: Any = object.__new__(cls)
-    mapped = state.pop("_mapped", None)
-    lock = state.pop("lock", None)
-    obj.__setstate__(state)  # Locked's: a fresh thread lock, replaced below
-    if shared:
-        obj.lock = lock
+def _rebuild(plain: type, state: dict[str, Any], lock: Any) -> TensorStorage:
+    """A ring unpickled: the shared variant with the sender's counters, header and lock (rows
+    mapped on first use), or a private copy (``lock`` is ``None``)."""
+    obj: Any = object.__new__(_variant(plain) if lock is not None else plain)
+    obj.__setstate__(state)  # Locked's: a fresh thread lock, replaced below when shared
+    if lock is not None:
+        obj._rows = obj._layout = None
         obj._counts = obj._counters.numpy()
-        if mapped is not None:
-            path, shape = mapped
-            words = torch.from_file(path, shared=True, size=shape[0] * shape[1], dtype=torch.int64)
-            obj._rows = words.view(*shape)
+        obj.lock = _FollowingLock(lock, obj)
     return obj
 
 
@@ -186,7 +310,7 @@ def share_ring(storage: Any) -> None:
     """Make ``storage`` shared between processes, in place (see the module docs).
 
     Raises:
-        TypeError: a storage that cannot be shared (a storage of items, read-only data, a
+        TypeError: a storage that cannot be shared (read-only data, a TorchRL storage, a
             ring on an accelerator or with ``dedup_next=True``), naming what can.
     """
     if isinstance(storage, SharedRing):
@@ -195,8 +319,7 @@ def share_ring(storage: Any) -> None:
     if not isinstance(storage, TensorStorage):
         raise TypeError(
             f"shared=True shares a ring's rows between processes; a {name} cannot be shared "
-            "(its items or rows live in this process): use a LazyTensorStorage or "
-            "LazyMemmapStorage"
+            "(its rows live in this process): use a LazyTensorStorage or LazyMemmapStorage"
         )
     if storage.dedup_next:
         raise TypeError(
@@ -209,27 +332,32 @@ def share_ring(storage: Any) -> None:
             "keep the storage on the CPU (device='cpu') and move each batch with "
             "batch.to(device) (or batch_device=...)"
         )
-    if isinstance(storage, LazyMemmapStorage) and storage._rows is not None:
-        if storage.filename is None:
-            raise TypeError(
-                "shared=True: this LazyMemmapStorage already wrote its rows to a file that was "
-                "unlinked (no scratch_dir), which another process cannot map; share the buffer "
-                "before its first write, or build the storage with scratch_dir=..."
-            )
-    with storage.lock:
-        values = (storage._cursor, storage._len, storage._write_count, storage._generation)
+    ring: Any = storage
+    with ring.lock:
+        values = (ring._cursor, ring._len, ring._write_count, ring._generation, 0)
         counters = torch.tensor(values, dtype=torch.int64).share_memory_()
-        for name in ("_cursor", "_len", "_write_count", "_generation"):
-            storage.__dict__.pop(name, None)
-        storage.__class__ = _variant(type(storage))
-        storage._counters = counters
-        storage._counts = counters.numpy()
-        storage._owner_pid = os.getpid()
-        storage._handed_out = False
-        if storage._rows is not None and not isinstance(storage, LazyMemmapStorage):
-            storage._rows.share_memory_()
-        storage._gather_scratch = None
-        old = storage.lock
-    storage.lock = _CONTEXT.RLock()
+        header = torch.zeros(_HEADER_BYTES, dtype=torch.uint8).share_memory_()
+        old_rows, layout, codec = ring._rows, ring._layout, ring.codec
+        for attr in ("_cursor", "_len", "_write_count", "_generation", "codec"):
+            ring.__dict__.pop(attr, None)
+        ring.__class__ = _variant(type(ring))
+        ring._counters = counters
+        ring._counts = counters.numpy()
+        ring._header = header
+        ring._mapped_epoch = 0
+        ring._owner_pid = os.getpid()
+        ring._gather_scratch = None
+        ring._rows = None
+        if layout is not None and old_rows is not None:
+            # rows written before sharing move into a file every process can map
+            superseded = ring._finalizer if isinstance(ring, LazyMemmapStorage) else None
+            rows = ring._new_rows(layout)
+            rows.copy_(old_rows)
+            ring._rows = rows
+            if superseded is not None:
+                superseded()  # the memmap's former file: its rows are in the new one now
+        ring.codec = codec
+        old = ring.lock
+    ring.lock = _FollowingLock(_CONTEXT.RLock(), ring)
     del old
     log.debug("%s shared between processes", name)

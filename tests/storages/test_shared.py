@@ -15,6 +15,7 @@ import torch
 from tensordict import TensorDict
 
 from mixreplay import (
+    FrozenStorage,
     LazyMemmapStorage,
     LazyTensorStorage,
     ListStorage,
@@ -23,7 +24,6 @@ from mixreplay import (
     SliceSampler,
     TensorDictReplayBuffer,
 )
-from mixreplay.errors import DataStructureError
 
 CTX = multiprocessing.get_context("spawn")
 DEADLINE_S = 120  # the watchdog: far beyond what the writes take, even on a loaded machine
@@ -132,6 +132,7 @@ def test_rows_written_by_two_other_processes_are_sampled_whole_and_stored_once(
 
 @pytest.mark.heavy
 def test_samplers_here_follow_rows_written_elsewhere():
+    """(and rows written before sharing, and prefetching, which TorchRL refuses when shared)"""
     rb = allocated(
         TensorDictReplayBuffer(
             storage=LazyTensorStorage(100),
@@ -151,12 +152,18 @@ def test_samplers_here_follow_rows_written_elsewhere():
             generator=0,
         )
     )
+    early = ReplayBuffer(storage=LazyMemmapStorage(20), generator=0)
+    early.extend(rows(0, 3))  # rows written before the buffer is shared move to a shared file
+    early.share()
     run(
         [
             CTX.Process(target=collector, args=(rb, 0, 50, 10)),
             CTX.Process(target=collector, args=(episodes, 0, 70, 10)),
+            CTX.Process(target=collector, args=(early, 3, 4, 2)),
         ]
     )
+    assert early[:]["id"].tolist() == list(range(7))
+    check_whole(early[:])
     batch = rb.sample()
     assert set(batch["index"].tolist()) <= set(range(50))
     batch["td_error"] = torch.full((10,), 1000.0)
@@ -167,17 +174,16 @@ def test_samplers_here_follow_rows_written_elsewhere():
     episodes.close()
 
 
-def test_a_ring_without_rows_refuses_a_write_in_another_process():
-    rb = ReplayBuffer(storage=LazyTensorStorage(10), shared=True)
-    p = CTX.Process(target=collector, args=(rb, 0, 5, 5))
-    p.start()
-    p.join(DEADLINE_S)
-    if p.is_alive():
-        p.kill()
-    assert p.exitcode not in (0, None)  # the write raised there
-    assert len(rb) == 0
-    with pytest.raises(DataStructureError, match=r"extend it once there \(and empty\(\) it"):
-        rb.extend(rows(0, 1))  # and here too: another process got it without rows
+def test_a_collector_may_write_the_first_rows():
+    # no row written here before the collector starts: its first write allocates the rows,
+    # and this process maps them when it next takes the lock (TorchRL's shared_init=True)
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), shared=True, generator=0)
+    run([CTX.Process(target=collector, args=(rb, 0, 5, 5))])
+    assert len(rb) == 5 and rb.write_count == 5
+    check_whole(rb[:])
+    assert rb[:]["id"].tolist() == [0, 1, 2, 3, 4]
+    rb.extend(rows(5, 2))
+    assert rb[:]["id"].tolist() == list(range(7))
 
 
 def test_an_unshared_ring_is_not_sent_to_a_new_process():
@@ -189,12 +195,10 @@ def test_an_unshared_ring_is_not_sent_to_a_new_process():
     assert rb.share() is rb and rb.shared  # the fix the error names
 
 
-@pytest.mark.torchrl
 def test_what_cannot_be_shared_is_refused_naming_what_can():
-    from torchrl.data import LazyTensorStorage as TorchRLStorage
-
+    frozen = FrozenStorage.from_tensordict(rows(0, 3))  # read-only rows of this process
     with pytest.raises(TypeError, match="use a LazyTensorStorage or LazyMemmapStorage"):
-        ReplayBuffer(storage=TorchRLStorage(10), shared=True)
+        ReplayBuffer(storage=frozen, shared=True)
     items = ReplayBuffer(storage=ListStorage(10), shared=True)  # as TorchRL: refused when sent
     assert items.shared
     with pytest.raises(RuntimeError, match="Cannot share a storage of type ListStorage"):
@@ -207,6 +211,7 @@ def test_what_cannot_be_shared_is_refused_naming_what_can():
     with pytest.raises(TypeError, match="stays shared"):
         rb.share(False)
     assert ReplayBuffer(storage=LazyTensorStorage(10)).share(False).shared is False
+    assert LazyMemmapStorage(10, shared_init=True).shared  # TorchRL's spelling, on a storage
 
 
 def test_transforms_that_keep_write_state_are_shared_or_refused():

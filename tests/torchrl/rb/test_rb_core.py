@@ -217,7 +217,6 @@ def test_replay_buffer_read_write_all_in_order_matches_full_slice_ndim2():
     assert_allclose_td(rb.read_all_in_order(), rb_slice[:])
 
 
-@LEFT_OUT_SHARE
 def test_replay_buffer_share_auto_shares_write_stateful_transform():
     transform = MCAdvantage(grpo_size=2, prompt_key="group_id", trajectory_return="sum")
     rb = ReplayBuffer(storage=ListStorage(10))
@@ -227,7 +226,6 @@ def test_replay_buffer_share_auto_shares_write_stateful_transform():
     assert transform.is_shared
 
 
-@LEFT_OUT_SHARE
 def test_replay_buffer_append_transform_shares_when_buffer_is_shared():
     transform = MCAdvantage(grpo_size=2, prompt_key="group_id", trajectory_return="sum")
     rb = ReplayBuffer(storage=ListStorage(10), shared=True)
@@ -235,7 +233,6 @@ def test_replay_buffer_append_transform_shares_when_buffer_is_shared():
     assert transform.is_shared
 
 
-@LEFT_OUT_SHARE
 def test_replay_buffer_insert_transform_shares_when_buffer_is_shared():
     transform = MCAdvantage(grpo_size=2, prompt_key="group_id", trajectory_return="sum")
     rb = ReplayBuffer(storage=ListStorage(10), shared=True)
@@ -243,7 +240,6 @@ def test_replay_buffer_insert_transform_shares_when_buffer_is_shared():
     assert transform.is_shared
 
 
-@LEFT_OUT_SHARE
 def test_replay_buffer_share_rejects_unshareable_write_stateful_transform():
     transform = _UnshareableWriteStateTransform()
     rb = ReplayBuffer(storage=ListStorage(10))
@@ -252,7 +248,6 @@ def test_replay_buffer_share_rejects_unshareable_write_stateful_transform():
         rb.share()
 
 
-@LEFT_OUT_SHARE
 def test_replay_buffer_append_transform_rejects_unshareable_when_shared():
     transform = _UnshareableWriteStateTransform()
     rb = ReplayBuffer(storage=ListStorage(10), shared=True)
@@ -260,7 +255,6 @@ def test_replay_buffer_append_transform_rejects_unshareable_when_shared():
         rb.append_transform(transform)
 
 
-@LEFT_OUT_SHARE
 def test_replay_buffer_insert_transform_rejects_unshareable_when_shared():
     transform = _UnshareableWriteStateTransform()
     rb = ReplayBuffer(storage=ListStorage(10), shared=True)

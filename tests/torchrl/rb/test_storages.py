@@ -966,7 +966,6 @@ def test_storage_save_hook(tmpdir):
     assert observed["is_full"] is False
 
 
-@LEFT_OUT_SHARE
 class TestSharedStorageInit:
     def worker(self, rb, worker_id, queue):
         length = len(rb)
@@ -988,6 +987,7 @@ class TestSharedStorageInit:
         )
         queue.put(rb.storage._mutation_revision)
 
+    @DIFF_PRIVATE
     def test_mutation_revision_shared_across_processes(self):
         storage = LazyTensorStorage(max_size=8)
         rb = TensorDictReplayBuffer(storage=storage).share(True)
@@ -1003,6 +1003,7 @@ class TestSharedStorageInit:
         assert storage._mutation_revision == 2
         assert storage._last_cursor_index == 3
 
+    @LEFT_OUT_SAMPLE_UNIT
     def test_sequence_boundary_cache_invalidated_across_processes(self):
         done = torch.zeros(8, dtype=torch.bool)
         done[[3, 7]] = True
@@ -1029,6 +1030,7 @@ class TestSharedStorageInit:
         assert after.tolist() == [0, 1, 1, 1]
         assert info["validity_mask"].tolist() == [True, True, False, False]
 
+    @SLOW_PROCESSES
     @pytest.mark.parametrize(
         "storage_cls, use_tmpdir",
         [
@@ -1060,6 +1062,7 @@ class TestSharedStorageInit:
         assert expected.issubset(values)
         assert len(storage) >= 8
 
+    @DIFF_SHARED_DEVICE
     def test_shared_init_reconciles_non_cpu_device(self):
         """Shared init installs a CPU memmap backing; a non-cpu storage device
         must be reconciled (else samplers build indices on the wrong device)."""

@@ -769,6 +769,7 @@ class LazyMemmapStorage(TensorStorage):
         dedup_next: bool = False,
         **torchrl_kwargs: Any,
     ):
+        shared_init = torchrl_kwargs.pop("shared_init", False)  # shared once fully built
         super().__init__(
             max_size, device=device, ndim=ndim, dedup_next=dedup_next, **torchrl_kwargs
         )
@@ -790,6 +791,11 @@ class LazyMemmapStorage(TensorStorage):
         self._cleaned_up = False
         self.filename: str | None = None
         self._finalizer: Callable[[], Any] | None = None
+        check_storage_args(type(self).__name__, {"shared_init": shared_init})
+        if shared_init:
+            from mixreplay.storages.shared import share_ring
+
+            share_ring(self)
 
     def _map(self, prefix: str, nbytes: int) -> tuple[torch.Tensor, str | None, Callable[[], Any]]:
         """A scratch file of this storage: ``(words, path, release)``.

@@ -36,6 +36,8 @@ import json
 import logging
 import multiprocessing
 import os
+import tempfile
+import uuid
 import weakref
 from multiprocessing.context import get_spawning_popen
 from typing import Any
@@ -47,12 +49,7 @@ from mixreplay.data_types import codec_from_json
 from mixreplay.errors import DataStructureError
 from mixreplay.layout import RowLayout
 from mixreplay.schema import Schema
-from mixreplay.storages.ring import (
-    LazyMemmapStorage,
-    TensorStorage,
-    _cleanup_file,
-    map_scratch_file,
-)
+from mixreplay.storages.ring import LazyMemmapStorage, TensorStorage, _cleanup_file, _reserve
 
 __all__ = ["SharedRing", "is_shared", "share_ring"]
 
@@ -121,8 +118,8 @@ class SharedRing:
     _header: torch.Tensor
     #: the allocation this process maps (the counters' epoch when it mapped the rows)
     _mapped_epoch: int
-    #: the process that shared the ring: it removes the files it owns
-    _owner_pid: int
+    #: the rows' file (chosen when the ring was shared) and the temporary directory holding it
+    _rows_path: tuple[str, str | None]
     #: the lock every process holds while it reads or writes rows
     lock: Any
     _rows: torch.Tensor | None
@@ -184,7 +181,7 @@ class SharedRing:
         self._layout = layout
         self.__dict__["_codec"] = codec_from_json(header.get("codec"))
         self._mapped_epoch = epoch
-        self._adopt_file(header["path"], header.get("temp_dir"))
+        self._adopt_file(header["path"])
 
     def _allocate(self, layout: RowLayout) -> torch.Tensor:
         if self._rows is not None:
@@ -195,43 +192,31 @@ class SharedRing:
         return self._new_rows(layout)
 
     def _new_rows(self, layout: RowLayout) -> torch.Tensor:
-        """Rows of ``layout`` in a new file, published to every process (caller holds the lock)."""
+        """Rows of ``layout`` in the ring's file, published to every process (caller holds the
+        lock). The file's path was chosen when the ring was shared, so the process that shared
+        it removes the file whichever process made it."""
+        path = self._rows_path[0]
         nbytes = self.max_size * layout.row_bytes
-        if isinstance(self, LazyMemmapStorage):
-            directory = self.scratch_dir
-        else:
-            directory = _SHM_DIR
-        words, path = map_scratch_file(directory, "rows-", nbytes, keep=True)
-        assert path is not None  # keep=True: the file stays visible
-        temp_dir = None if directory is not None else os.path.dirname(path)
-        self._write_header(
-            {"path": path, "temp_dir": temp_dir, "schema": layout.schema.to_json(), "codec": None}
-        )
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            _reserve(fd, nbytes, path)
+            words = torch.from_file(path, shared=True, size=nbytes // 8, dtype=torch.int64)
+        except BaseException:
+            _cleanup_file(path, None)
+            raise
+        finally:
+            os.close(fd)
+        self._write_header({"path": path, "schema": layout.schema.to_json(), "codec": None})
         epoch = int(self._counts[_EPOCH]) + 1
         self._counts[_EPOCH] = epoch
         self._mapped_epoch = epoch
-        self._adopt_file(path, temp_dir)
+        self._adopt_file(path)
         return words.view(self.max_size, layout.row_words)
 
-    def _adopt_file(self, path: str, temp_dir: str | None) -> None:
-        """Who removes the rows' file: the process that shared the ring (TorchRL's rule for a
-        ``LazyMemmapStorage`` in a ``scratch_dir``: kept unless ``auto_cleanup=True``)."""
+    def _adopt_file(self, path: str) -> None:
         ring: Any = self
-        memmap = isinstance(ring, LazyMemmapStorage)
-        if memmap:
+        if isinstance(ring, LazyMemmapStorage):
             ring.filename = path
-        if os.getpid() != self._owner_pid:
-            return
-        if memmap and ring.scratch_dir is not None and not ring._auto_cleanup:
-            return
-        done = weakref.finalize(self, _cleanup_file, path, temp_dir)
-        if memmap:
-
-            def release() -> bool:
-                done.detach()
-                return _cleanup_file(path, temp_dir)
-
-            ring._finalizer = release
 
     # -- pickling: to a process being started, or a private copy ---------------------------
 
@@ -249,7 +234,7 @@ class SharedRing:
             ):
                 state[name] = int(self._counts[i])
             state["codec"] = state.pop("_codec", None)
-            for name in ("_counters", "_header", "_mapped_epoch", "_owner_pid"):
+            for name in ("_counters", "_header", "_mapped_epoch", "_rows_path"):
                 state.pop(name, None)
             rows = state.get("_rows")
             if rows is not None:
@@ -301,6 +286,32 @@ def _rebuild(plain: type, state: dict[str, Any], lock: Any) -> TensorStorage:
     return obj
 
 
+def _rows_file(ring: Any) -> tuple[str, str | None]:
+    """Where a shared ring's rows go, chosen by the process that shares it, and who removes the
+    file: that process, when the ring is collected or it exits (TorchRL's rule for a
+    ``LazyMemmapStorage`` in a ``scratch_dir``: kept unless ``auto_cleanup=True``)."""
+    memmap = isinstance(ring, LazyMemmapStorage)
+    directory = ring.scratch_dir if memmap else _SHM_DIR
+    temp_dir = None
+    if directory is None:
+        directory = temp_dir = tempfile.mkdtemp(prefix="mixreplay-")
+    else:
+        os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"rows-{uuid.uuid4().hex[:16]}.bin")
+    if memmap and ring.scratch_dir is not None and not ring._auto_cleanup:
+        ring._finalizer = lambda: _cleanup_file(path, None)  # close()/cleanup() remove it
+        return path, temp_dir
+    done = weakref.finalize(ring, _cleanup_file, path, temp_dir)
+    if memmap:
+
+        def release() -> bool:
+            done.detach()
+            return _cleanup_file(path, temp_dir)
+
+        ring._finalizer = release
+    return path, temp_dir
+
+
 def is_shared(storage: Any) -> bool:
     """Whether ``storage`` is a ring shared between processes."""
     return isinstance(storage, SharedRing)
@@ -338,6 +349,8 @@ def share_ring(storage: Any) -> None:
         counters = torch.tensor(values, dtype=torch.int64).share_memory_()
         header = torch.zeros(_HEADER_BYTES, dtype=torch.uint8).share_memory_()
         old_rows, layout, codec = ring._rows, ring._layout, ring.codec
+        # a memmap's former file: its rows move to the shared ring's own file below
+        superseded = ring._finalizer if isinstance(ring, LazyMemmapStorage) else None
         for attr in ("_cursor", "_len", "_write_count", "_generation", "codec"):
             ring.__dict__.pop(attr, None)
         ring.__class__ = _variant(type(ring))
@@ -345,12 +358,11 @@ def share_ring(storage: Any) -> None:
         ring._counts = counters.numpy()
         ring._header = header
         ring._mapped_epoch = 0
-        ring._owner_pid = os.getpid()
+        ring._rows_path = _rows_file(ring)
         ring._gather_scratch = None
         ring._rows = None
         if layout is not None and old_rows is not None:
             # rows written before sharing move into a file every process can map
-            superseded = ring._finalizer if isinstance(ring, LazyMemmapStorage) else None
             rows = ring._new_rows(layout)
             rows.copy_(old_rows)
             ring._rows = rows

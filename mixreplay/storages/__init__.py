@@ -6,6 +6,7 @@ from mixreplay.storages.foreign import ForeignStorage, adapt_storage
 from mixreplay.storages.frozen import FrozenStorage
 from mixreplay.storages.items import LazyStackStorage, ListStorage
 from mixreplay.storages.ring import LazyMemmapStorage, LazyTensorStorage, TensorStorage
+from mixreplay.storages.shared import share_ring  # registers shared_init=True with the rings
 
 __all__ = [
     "DedupFrozenStorage",
@@ -21,4 +22,5 @@ __all__ = [
     "TensorStorage",
     "adapt_storage",
     "dedup_rows",
+    "share_ring",
 ]

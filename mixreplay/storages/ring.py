@@ -87,6 +87,22 @@ class _DedupHooks:
 DEDUP_HOOKS = _DedupHooks()
 
 
+class _ShareHooks:
+    """How a ring becomes shared between processes (:mod:`mixreplay.storages.shared`), for
+    TorchRL's ``shared_init=True``: that module registers itself here when it is imported (the
+    ``mixreplay.storages`` package imports it), so the rings do not import it back."""
+
+    share: Callable[[Any], None] | None = None
+
+    def __call__(self, ring: Any) -> None:
+        if self.share is None:  # pragma: no cover - registered by mixreplay.storages
+            raise RuntimeError("import mixreplay.storages.shared to build shared_init=True rings")
+        self.share(ring)
+
+
+SHARE_HOOKS = _ShareHooks()
+
+
 def _existing_data(storage: Any, max_size: Any) -> tuple[Any, Any]:
     """``(max_size, data)`` from TorchRL's ``TensorStorage(storage, max_size=None)`` or
     mixreplay's ``TensorStorage(max_size)`` / ``TensorStorage(max_size=n)``."""
@@ -248,10 +264,7 @@ class TensorStorage(PackedStorage):
         if data is not None:
             self.set(torch.arange(self.max_size), data)
         if torchrl_kwargs.get("shared_init"):
-            # TorchRL's shared_init=True: rows any process may allocate, shared with all
-            from mixreplay.storages.shared import share_ring
-
-            share_ring(self)
+            SHARE_HOOKS(self)  # TorchRL's shared_init=True: rows any process may allocate
 
     def __len__(self) -> int:
         return self._len
@@ -793,9 +806,7 @@ class LazyMemmapStorage(TensorStorage):
         self._finalizer: Callable[[], Any] | None = None
         check_storage_args(type(self).__name__, {"shared_init": shared_init})
         if shared_init:
-            from mixreplay.storages.shared import share_ring
-
-            share_ring(self)
+            SHARE_HOOKS(self)
 
     def _map(self, prefix: str, nbytes: int) -> tuple[torch.Tensor, str | None, Callable[[], Any]]:
         """A scratch file of this storage: ``(words, path, release)``.

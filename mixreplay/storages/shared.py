@@ -49,7 +49,13 @@ from mixreplay.data_types import codec_from_json
 from mixreplay.errors import DataStructureError
 from mixreplay.layout import RowLayout
 from mixreplay.schema import Schema
-from mixreplay.storages.ring import LazyMemmapStorage, TensorStorage, _cleanup_file, _reserve
+from mixreplay.storages.ring import (
+    SHARE_HOOKS,
+    LazyMemmapStorage,
+    TensorStorage,
+    _cleanup_file,
+    _reserve,
+)
 
 __all__ = ["SharedRing", "is_shared", "share_ring"]
 
@@ -373,3 +379,6 @@ def share_ring(storage: Any) -> None:
     ring.lock = _FollowingLock(_CONTEXT.RLock(), ring)
     del old
     log.debug("%s shared between processes", name)
+
+
+SHARE_HOOKS.share = share_ring  # TorchRL's shared_init=True on a ring (see ring.py)

@@ -16,6 +16,13 @@ keeping indices itself:
 TorchRL's trainers (``torchrl.trainers.ReplayBufferTrainer``, its TD3 and
 execution helpers) look for ``update_tensordict_priority`` on the buffer and call it
 after each loss: they update the priorities of these buffers as they do TorchRL's.
+That method is the whole link: mixreplay registers nothing with TorchRL (making its
+``PrioritizedSampler`` a virtual subclass of TorchRL's would also make TorchRL's own
+buffers accept it and TorchRL's private-tree code paths reach it, and would depend on
+which library is imported first). A plain :class:`~mixreplay.ReplayBuffer` with a
+prioritized sampler, whose batches carry no ``"index"``, refuses the trainers' question
+instead (a ``TypeError`` naming these classes), where TorchRL's trainers would skip
+every update without a word.
 """
 
 from __future__ import annotations

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from multiprocessing.context import get_spawning_popen
 from typing import Any, NamedTuple
 
 import torch
@@ -18,12 +20,13 @@ from mixreplay._torchrl_args import UNSUPPORTED_METHODS, check_unsupported, unsu
 from mixreplay._validate import check_bool, check_callable, describe
 from mixreplay.buffers.base import BufferBase, check_batch_size, make_generator
 from mixreplay.buffers.writer import RingWriter
-from mixreplay.errors import CheckpointError, EmptyBufferError
+from mixreplay.errors import CheckpointError, EmptyBufferError, MissingBatchSizeError
 from mixreplay.layout import new_tensordict
 from mixreplay.samplers import RandomSampler, Sampler
 from mixreplay.storages.base import Storage
 from mixreplay.storages.foreign import adapt_storage, looks_like_storage
 from mixreplay.storages.ring import LazyTensorStorage
+from mixreplay.storages.shared import is_shared, share_ring
 from mixreplay.transforms import Inverted, Transform
 
 __all__ = ["DEFAULT_CAPACITY", "ReplayBuffer", "Sampled", "check_batch_size", "make_generator"]
@@ -56,6 +59,46 @@ def _eval(transform: Any) -> None:
         transform.eval()
 
 
+def _warn_batched_add(data: Any) -> None:
+    if data_types.is_collection(data) and data.batch_dims:
+        warnings.warn(  # TorchRL's words
+            f"Using `add()` with a TensorDict that has batch_size={data.batch_size}. Use "
+            "`extend()` to add multiple elements, or `add()` with a single element "
+            "(batch_size=torch.Size([])).",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _share_storage(storage: Storage) -> None:
+    """Share ``storage``'s rows between processes; a storage of items, whose items live in
+    one process, is refused when it is sent to another (TorchRL's behaviour), not here."""
+    if not storage.holds_items:
+        share_ring(storage)
+
+
+def _share_transform(transform: Any) -> None:
+    """TorchRL's rule for a transform of a shared buffer: its ``share_memory_()`` shares the
+    state it keeps across writes; one that needs shared state and lacks it is refused."""
+    if isinstance(transform, Inverted):
+        transform = transform.transform
+    parts = getattr(transform, "transforms", None)
+    if type(transform).__name__ == "Compose" and parts is not None:
+        for t in parts:
+            _share_transform(t)
+        return
+    share_memory = getattr(transform, "share_memory_", None)
+    if callable(share_memory):
+        share_memory()
+        return
+    if getattr(transform, "requires_shared_write_state", False):
+        raise RuntimeError(
+            f"{type(transform).__name__} keeps replay-buffer write state but does not implement "
+            "share_memory_(), so it cannot be shared with the buffer's other processes; write "
+            "from one process, or give the transform a share_memory_()"
+        )
+
+
 def _no_rows(data: Any) -> bool:
     """Whether write-side transforms left nothing to write (``None`` or zero rows)."""
     if data is None:
@@ -64,6 +107,24 @@ def _no_rows(data: Any) -> bool:
     if shape is None and isinstance(data, torch.Tensor):
         shape = data.shape
     return shape is not None and len(shape) > 0 and shape[0] == 0
+
+
+class _SentGenerator:
+    """A generator on its way to a new process: its state as bytes (torch's own reduction of a
+    generator's state tensor fails through ``multiprocessing``'s file descriptors)."""
+
+    def __init__(self, generator: torch.Generator):
+        self.device = str(generator.device)
+        self.state = generator.get_state().numpy().tobytes()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_received_generator, (self.device, self.state))
+
+
+def _received_generator(device: str, state: bytes) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
+    return g
 
 
 class Sampled(NamedTuple):
@@ -107,9 +168,14 @@ class ReplayBuffer(BufferBase[Sampled]):
             ``non_blocking`` copy and split into leaves on the GPU; the transforms run
             there. Refused (``ValueError``) when this machine has no such device.
         collate_fn: applied to every batch as stored (and to ``rb[index]`` but for an int
-            index), before the transforms, as TorchRL does with a tensor storage.
+            index), before the transforms, as TorchRL does with a tensor storage; for a
+            storage of items (:class:`~mixreplay.ListStorage`) the storage's own
+            ``collate`` by default (TorchRL's).
+        shared: share the rows with other processes (TorchRL's ``shared=True``: a
+            collector in another process writes, this one samples), with the guarantees
+            of the threaded path; see :mod:`mixreplay.storages.shared`.
         **torchrl_kwargs: TorchRL's other arguments (``writer``, ``dim_extend``,
-            ``shared``, ``compilable``, ...) are accepted with TorchRL's default (a
+            ``compilable``, ...) are accepted with TorchRL's default (a
             ``RoundRobinWriter`` for ``writer``), which is what mixreplay does; any other
             value raises ``TypeError`` naming the argument and the mixreplay way.
 
@@ -155,9 +221,11 @@ class ReplayBuffer(BufferBase[Sampled]):
         pin_memory: bool = False,
         collate_fn: Callable[[Any], Any] | None = None,
         batch_device: torch.device | str | None = None,
+        shared: bool = False,
         **torchrl_kwargs: Any,
     ):
         check_unsupported(type(self).__name__, torchrl_kwargs)
+        check_bool(shared, "shared")
         if collate_fn is not None:
             check_callable(collate_fn, "collate_fn", hint="pass a function batch -> batch")
         self._collate_fn = collate_fn
@@ -181,6 +249,8 @@ class ReplayBuffer(BufferBase[Sampled]):
             transform = transform_factory()
         if not isinstance(storage, Storage):
             storage = adapt_storage(storage)
+        if shared:
+            _share_storage(storage)  # before anything holds its lock
         self._storage: Storage = storage
         if sampler is None:
             sampler = RandomSampler()
@@ -191,9 +261,31 @@ class ReplayBuffer(BufferBase[Sampled]):
             )
         sampler.attach(storage)  # sizes what it keeps by the storage, checks it fits
         self._sampler: Sampler = sampler
+        if storage.holds_items:
+            # TorchRL's default for a storage of items: the storage's own collate
+            if collate_fn is None:
+                self._collate_fn = storage.collate
+            if batch_device is not None:
+                raise TypeError(
+                    f"batch_device= needs a storage of rows; {type(storage).__name__} hands out "
+                    "items: move the batch yourself (batch.to(device)) or store the rows in a "
+                    "LazyTensorStorage"
+                )
         self._init_buffer(batch_size, generator, transform, prefetch, pin_memory, batch_device)
+        self._shared = shared
         for t in self._transform:
             _eval(t)
+            if shared:
+                _share_transform(t)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        if get_spawning_popen() is not None:  # to a new process (a shared buffer's collector)
+            state["_generator"] = _SentGenerator(self._generator)
+            state["_device_generators"] = {}  # a shared buffer's rows are on the host
+        else:  # an ordinary copy (pickle, deepcopy) is a private buffer, its storage too
+            state["_shared"] = False
+        return state
 
     # -- prefetching (mixreplay.prefetch) --------------------------------------------------
 
@@ -232,9 +324,47 @@ class ReplayBuffer(BufferBase[Sampled]):
 
     def __getattr__(self, name: str):
         # Only reached for missing attributes: a TorchRL one gets the mixreplay way.
+        if name == "update_tensordict_priority" and self.__dict__.get("_sampler") is not None:
+            if self._sampler.prioritized:
+                # TorchRL's trainers ask hasattr(rb, "update_tensordict_priority") and, without
+                # it, silently never update priorities: refused here, with the fix.
+                raise TypeError(
+                    f"{type(self).__name__} with a {type(self._sampler).__name__} has no "
+                    "update_tensordict_priority (its batches carry no 'index'), so a TorchRL "
+                    "trainer hook could never update its priorities; build a "
+                    "TensorDictPrioritizedReplayBuffer(alpha=..., beta=...) or "
+                    "TensorDictReplayBuffer(sampler=PrioritizedSampler(...)) instead"
+                )
         if name in UNSUPPORTED_METHODS:
             raise unsupported_method(type(self).__name__, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def shared(self) -> bool:
+        """Whether the buffer is shared between processes (TorchRL's ``shared``; see
+        :mod:`mixreplay.storages.shared`)."""
+        return self.__dict__.get("_shared", False) or is_shared(self._storage)
+
+    def share(self, shared: bool = True) -> ReplayBuffer:
+        """Share the rows with other processes (TorchRL's ``share``); returns the buffer.
+
+        The storage becomes shared in place (see :mod:`mixreplay.storages.shared`): call
+        it before another process gets the buffer. Transforms that keep write state
+        (TorchRL's ``requires_shared_write_state``) are shared with their
+        ``share_memory_()``, as TorchRL does, or refused (``RuntimeError``) without one.
+        A shared buffer stays shared: ``share(False)`` on it raises ``TypeError``.
+        """
+        if check_bool(shared, "shared"):
+            for t in self._transform:
+                _share_transform(t)
+            _share_storage(self._storage)
+            self._shared = True
+        elif self.shared:
+            raise TypeError(
+                "share(False): a buffer shared between processes stays shared (other "
+                "processes may hold its rows); build a new buffer for a private one"
+            )
+        return self
 
     @property
     def initialized(self) -> bool:
@@ -320,18 +450,34 @@ class ReplayBuffer(BufferBase[Sampled]):
         return self._write(data)
 
     def add(self, data: Any) -> Any:
-        """Write one row (a TensorDict ``[]``, a tensor, a pytree, a tensorclass); return its slot."""
+        """Write one row (a TensorDict ``[]``, a tensor, a pytree, a tensorclass); return its slot.
+
+        A TensorDict (or tensorclass) with a batch dimension is written as one row holding
+        that batch, with a ``UserWarning`` (TorchRL's): ``extend`` writes one row each.
+        """
+        _warn_batched_add(data)
         if self._transform.writes:
             # as TorchRL: a tensor collection goes through the write sides as a batch of one
             collection = data_types.is_collection(data)
             data = self._transform.inv(data_types.one_row(data) if collection else data)
             if _no_rows(data):
                 return _NOTHING_WRITTEN.clone()
-            return int(self._write(data if collection else data_types.one_row(data))[0])
-        return int(self._write(data_types.one_row(data))[0])
+            return int(self._write(data if collection else self._one(data))[0])
+        return int(self._write(self._one(data))[0])
+
+    def _one(self, data: Any) -> Any:
+        """One row (or item) as a batch of one, as the storage writes it."""
+        return [data] if self._storage.holds_items else data_types.one_row(data)
 
     def _write(self, data: Any) -> torch.Tensor:
         storage = self._storage
+        if storage.holds_items:  # items are stored as they are: no rows, no codec
+            self._before_write()
+            with storage.lock:
+                index = storage.extend(data)
+                self._sampler.on_extend(index, storage)
+            self._after_write()
+            return index
         codec = storage.codec
         # the fast path (TensorDict rows [n] into TensorDict rows) costs two cheap checks;
         # everything else, TensorDict subclasses and lazy stacks included, is converted
@@ -395,6 +541,8 @@ class ReplayBuffer(BufferBase[Sampled]):
         with self._storage.lock:
             index = self._draw_exact(n, generator)
             rows = self._storage.gather_unlocked(index)
+        if self._storage.holds_items:  # items: a batch once collated (TensorDicts stacked)
+            rows = self._collate_fn(rows)  # type: ignore[misc]
         if self._transform:
             rows = self._transform(rows)
         return rows, index
@@ -480,9 +628,10 @@ class ReplayBuffer(BufferBase[Sampled]):
     def __iter__(self):
         """Sampled batches of ``batch_size``: endless, or one epoch for a sampler that has them."""
         if self._batch_size is None:
-            raise ValueError(
-                "cannot iterate over a buffer without a batch_size: iterating yields sampled "
-                "batches, so set batch_size= at construction (or call sample(n) in a loop)"
+            raise MissingBatchSizeError(  # TorchRL's words first
+                "Cannot iterate over the replay buffer. Batch_size was not specified: "
+                "iterating yields sampled batches, so set batch_size= at construction (or call "
+                "sample(n) in a loop)"
             )
         while True:
             drawn, ran_out = self._draw(None, False)
@@ -521,6 +670,8 @@ class ReplayBuffer(BufferBase[Sampled]):
         Returns the buffer, as TorchRL's does.
         """
         _eval(transform)
+        if self.shared:
+            _share_transform(transform)
         super().append_transform(Inverted(transform) if check_bool(invert, "invert") else transform)
         return self
 
@@ -529,6 +680,8 @@ class ReplayBuffer(BufferBase[Sampled]):
     ) -> ReplayBuffer:
         """Insert ``transform`` at position ``index`` (see :meth:`append_transform`)."""
         _eval(transform)
+        if self.shared:
+            _share_transform(transform)
         super().insert_transform(
             index, Inverted(transform) if check_bool(invert, "invert") else transform
         )

@@ -4,7 +4,9 @@ from mixreplay.storages.base import PackedStorage, Storage
 from mixreplay.storages.dedup import DedupFrozenStorage, DedupLayout, dedup_rows
 from mixreplay.storages.foreign import ForeignStorage, adapt_storage
 from mixreplay.storages.frozen import FrozenStorage
+from mixreplay.storages.items import LazyStackStorage, ListStorage
 from mixreplay.storages.ring import LazyMemmapStorage, LazyTensorStorage, TensorStorage
+from mixreplay.storages.shared import share_ring  # registers shared_init=True with the rings
 
 __all__ = [
     "DedupFrozenStorage",
@@ -12,10 +14,13 @@ __all__ = [
     "ForeignStorage",
     "FrozenStorage",
     "LazyMemmapStorage",
+    "LazyStackStorage",
     "LazyTensorStorage",
+    "ListStorage",
     "PackedStorage",
     "Storage",
     "TensorStorage",
     "adapt_storage",
     "dedup_rows",
+    "share_ring",
 ]

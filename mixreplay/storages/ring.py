@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Callable
+from multiprocessing.context import get_spawning_popen
 from typing import Any
 
 import torch
@@ -84,6 +85,22 @@ class _DedupHooks:
 
 
 DEDUP_HOOKS = _DedupHooks()
+
+
+class _ShareHooks:
+    """How a ring becomes shared between processes (:mod:`mixreplay.storages.shared`), for
+    TorchRL's ``shared_init=True``: that module registers itself here when it is imported (the
+    ``mixreplay.storages`` package imports it), so the rings do not import it back."""
+
+    share: Callable[[Any], None] | None = None
+
+    def __call__(self, ring: Any) -> None:
+        if self.share is None:  # pragma: no cover - registered by mixreplay.storages
+            raise RuntimeError("import mixreplay.storages.shared to build shared_init=True rings")
+        self.share(ring)
+
+
+SHARE_HOOKS = _ShareHooks()
 
 
 def _existing_data(storage: Any, max_size: Any) -> tuple[Any, Any]:
@@ -196,6 +213,8 @@ class TensorStorage(PackedStorage):
 
     #: whether next values are kept once (a class of :mod:`mixreplay.storages.dedup`)
     dedup_next: bool = False
+    #: whether rows and counters are shared between processes (:mod:`mixreplay.storages.shared`)
+    shared: bool = False
     #: whether the first positional argument may be existing data (TorchRL's TensorStorage)
     _wraps_data: bool = True
 
@@ -244,6 +263,8 @@ class TensorStorage(PackedStorage):
         self._scratch: tuple[RowLayout, torch.Tensor, dict[int, list[torch.Tensor]]] | None = None
         if data is not None:
             self.set(torch.arange(self.max_size), data)
+        if torchrl_kwargs.get("shared_init"):
+            SHARE_HOOKS(self)  # TorchRL's shared_init=True: rows any process may allocate
 
     def __len__(self) -> int:
         return self._len
@@ -445,6 +466,14 @@ class TensorStorage(PackedStorage):
         return index if start + n <= cap else index % cap
 
     def __getstate__(self) -> dict[str, Any]:
+        if not self.shared and get_spawning_popen() is not None:
+            # torch would map the rows into the new process, but not the counters: its
+            # writes would land in rows this process never counts (or tear rows it reads)
+            raise RuntimeError(
+                f"this {type(self).__name__} is not shared between processes, and is being "
+                "sent to a new process: build the buffer with shared=True (or call "
+                "rb.share() before starting the process)"
+            )
         state = super().__getstate__()
         state["_scratch"] = None
         return state
@@ -582,7 +611,8 @@ class LazyTensorStorage(TensorStorage):
 
     TorchRL's other arguments are honoured or refused: ``compilable`` (``False``),
     ``consolidated`` (either: rows are always packed into one tensor), ``shared_init``
-    (``False``; other processes use :mod:`mixreplay.distributed`), ``cleanup_memmap``.
+    (``True``: the ring is shared between processes from the start, see
+    :mod:`mixreplay.storages.shared`), ``cleanup_memmap``.
 
     Allocated from the first write: ``max_size`` × row bytes, never more.
 
@@ -723,8 +753,7 @@ class LazyMemmapStorage(TensorStorage):
             temporary directory (``storage.filename``).
         dedup_next: keep each next value once (see :class:`TensorStorage`); the rows
             and the next values kept apart both live in files of ``scratch_dir``.
-        compilable, shared_init: TorchRL's; only ``False`` (see
-            :class:`LazyTensorStorage`).
+        compilable, shared_init: TorchRL's (see :class:`LazyTensorStorage`).
 
     Examples:
         >>> import torch
@@ -753,6 +782,7 @@ class LazyMemmapStorage(TensorStorage):
         dedup_next: bool = False,
         **torchrl_kwargs: Any,
     ):
+        shared_init = torchrl_kwargs.pop("shared_init", False)  # shared once fully built
         super().__init__(
             max_size, device=device, ndim=ndim, dedup_next=dedup_next, **torchrl_kwargs
         )
@@ -774,6 +804,9 @@ class LazyMemmapStorage(TensorStorage):
         self._cleaned_up = False
         self.filename: str | None = None
         self._finalizer: Callable[[], Any] | None = None
+        check_storage_args(type(self).__name__, {"shared_init": shared_init})
+        if shared_init:
+            SHARE_HOOKS(self)
 
     def _map(self, prefix: str, nbytes: int) -> tuple[torch.Tensor, str | None, Callable[[], Any]]:
         """A scratch file of this storage: ``(words, path, release)``.

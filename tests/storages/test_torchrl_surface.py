@@ -184,9 +184,9 @@ def test_torchrl_defaults_and_honoured_arguments_are_accepted(make):
             r"which is mixreplay's behaviour\); mixreplay's storages run eagerly",
         ),
         (
-            lambda: LazyMemmapStorage(4, shared_init=True),
+            lambda: LazyTensorStorage(4, device="meta", shared_init=True),
             TypeError,
-            r"LazyMemmapStorage does not support TorchRL's shared_init=True .*mixreplay\.distributed",
+            r"shared=True needs the rows in host memory, got LazyTensorStorage\(device='meta'\)",
         ),
         (
             lambda: TensorStorage(rows(3), compilable=True),

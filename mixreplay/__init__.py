@@ -21,6 +21,7 @@ _EXPORTS = {
     "BufferActorError": "mixreplay.errors",
     "CheckpointError": "mixreplay.errors",
     "CheckpointNotFoundError": "mixreplay.errors",
+    "D4RLExperienceReplay": "mixreplay.datasets.experience_replay",
     "DatasetError": "mixreplay.errors",
     "DatasetNotFoundError": "mixreplay.errors",
     "EmptyBufferError": "mixreplay.errors",
@@ -28,6 +29,7 @@ _EXPORTS = {
     "FrozenStorage": "mixreplay.storages",
     "LazyMemmapStorage": "mixreplay.storages",
     "LazyTensorStorage": "mixreplay.storages",
+    "MinariExperienceReplay": "mixreplay.datasets.experience_replay",
     "MissingDependencyError": "mixreplay.errors",
     "MixreplayError": "mixreplay.errors",
     "MixtureReplayBuffer": "mixreplay.mixing.mixture",
@@ -57,6 +59,7 @@ __all__ = [
     "BufferActorError",
     "CheckpointError",
     "CheckpointNotFoundError",
+    "D4RLExperienceReplay",
     "DatasetError",
     "DatasetNotFoundError",
     "EmptyBufferError",
@@ -64,6 +67,7 @@ __all__ = [
     "FrozenStorage",
     "LazyMemmapStorage",
     "LazyTensorStorage",
+    "MinariExperienceReplay",
     "MissingDependencyError",
     "MixreplayError",
     "MixtureReplayBuffer",
@@ -110,6 +114,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
     from mixreplay.buffers import OfflineDataset, ReplayBuffer
     from mixreplay.datasets import list_prefixes, load_dataset, register_dataset
+    from mixreplay.datasets.experience_replay import D4RLExperienceReplay, MinariExperienceReplay
     from mixreplay.errors import (
         BufferActorError,
         CheckpointError,

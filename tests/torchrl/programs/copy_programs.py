@@ -102,14 +102,14 @@ def _show(mirror: pathlib.Path, path: str) -> str:
     ).stdout
 
 
-def header(path: str, licence: str, python: bool) -> str:
-    change = (
-        "after each import of a replay-buffer name, one line that rebinds it to the\n"
-        "target's (_target.py beside this folder: mixreplay by default, TorchRL with\n"
-        "MIXREPLAY_TORCHRL_TARGET=torchrl). Nothing else."
-        if python
-        else "none (sizes are hydra overrides given at run time)."
-    )
+def header(path: str, licence: str, kind: str) -> str:
+    change = {
+        "rebound": "after each import of a replay-buffer name, one line that rebinds it to\n"
+        "the target's (_target.py beside this folder: mixreplay by default, TorchRL with\n"
+        "MIXREPLAY_TORCHRL_TARGET=torchrl). Nothing else.",
+        "python": "none (this file imports no replay-buffer name).",
+        "config": "none (sizes are hydra overrides given at run time).",
+    }[kind]
     text = (
         "Copied from TorchRL's training programs, to run them on TorchRL and on mixreplay\n"
         "(tests/torchrl/programs/run_program.py). Origin:\n"
@@ -152,12 +152,14 @@ def main(mirror: pathlib.Path) -> None:
     licence = _licence(mirror)
     for dest, origin in FILES.items():
         source = _show(mirror, origin)
-        python = dest.endswith(".py")
-        if python:
-            source = rebind_imports(source)
+        kind = "config"
+        if dest.endswith(".py"):
+            rebound = rebind_imports(source)
+            kind = "python" if rebound == source else "rebound"
+            source = rebound
         out = HERE / dest
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(header(origin, licence, python) + source)
+        out.write_text(header(origin, licence, kind) + source)
         print(f"{dest} <- {origin}")
 
 

@@ -6,8 +6,8 @@
 #               main, 2026-08-22: the newest commit of the 0.14 series (version.txt 0.14.0; pytorch/rl
 #               has no v0.14.1 tag and no commit whose version.txt says 0.14.1; this one has the
 #               replay-buffer package layout of the torchrl 0.14.1 wheel)
-# Changes: after each import of a replay-buffer name, one line that rebinds it to the
-# target's (_target.py beside this folder: mixreplay by default, TorchRL with
+# Changes: after each import of a replay-buffer name, one line that rebinds it to
+# the target's (_target.py beside this folder: mixreplay by default, TorchRL with
 # MIXREPLAY_TORCHRL_TARGET=torchrl). Nothing else.
 #
 # TorchRL's LICENSE file (MIT), which its notice requires to travel with the code:

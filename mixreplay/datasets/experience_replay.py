@@ -22,7 +22,10 @@ TorchRL keeps them: Minari's rewards are float64, which TorchRL's programs cast 
 - ``split_trajs=True``: the rows as TorchRL's padded trajectories, a ``[episodes,
   longest]`` TensorDict with ``"mask"`` (the real steps) and ``"traj_ids"``; each
   trajectory's padding is zeros and the last column's ``("next", "done")`` is set, as
-  TorchRL sets it. The buffer then samples whole trajectories (``[B, longest]``).
+  TorchRL sets it. The buffer then samples whole trajectories (``[B, longest]``). D4RL's
+  trajectories also hold TorchRL's root ``"reward"``: what reaching the step earned (the
+  previous step's reward; ``0`` at an episode's start, where TorchRL carries the previous
+  episode's last reward over).
 - ``sampler``, ``transform``, ``prefetch``, ``pin_memory``, ``collate_fn``: the buffer's.
 - ``writer``: a dataset is read-only (TorchRL's default, ``ImmutableDatasetWriter``);
   ``None``, TorchRL's ``ImmutableDatasetWriter`` and ``RoundRobinWriter`` are accepted
@@ -51,7 +54,12 @@ from mixreplay.storages.foreign import adapt_storage
 from mixreplay.storages.ring import TensorStorage
 from mixreplay.transforms import Transform
 
-__all__ = ["D4RLExperienceReplay", "MinariExperienceReplay", "split_trajectories"]
+__all__ = [
+    "D4RLExperienceReplay",
+    "MinariExperienceReplay",
+    "previous_reward",
+    "split_trajectories",
+]
 
 
 def _accepted_writer(writer: Any) -> bool:
@@ -133,7 +141,8 @@ class _DatasetExperienceReplay(ReplayBuffer):
         self.dataset = dataset
         self.metadata = dict(dataset.metadata)
         if split_trajs:
-            storage: Storage = TensorStorage(split_trajectories(dataset[:], dataset.episode_starts))
+            rows = self._trajectory_rows(dataset)
+            storage: Storage = TensorStorage(split_trajectories(rows, dataset.episode_starts))
         else:
             storage = dataset.storage
         super().__init__(
@@ -145,6 +154,10 @@ class _DatasetExperienceReplay(ReplayBuffer):
             pin_memory=pin_memory,
             collate_fn=collate_fn,
         )
+
+    def _trajectory_rows(self, dataset: OfflineDataset) -> TensorDictBase:
+        """The rows ``split_trajs=True`` pads into trajectories."""
+        return dataset[:]
 
     # TorchRL's decision-transformer program replaces the rows: data._storage = TensorStorage(td)
     @property
@@ -290,6 +303,25 @@ class MinariExperienceReplay(_DatasetExperienceReplay):
         )
 
 
+def previous_reward(rows: TensorDictBase, episode_starts: torch.Tensor) -> torch.Tensor:
+    """The reward received on reaching each row's state: the previous row's
+    ``("next", "reward")`` within its episode, ``0`` at an episode's start.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from mixreplay.datasets.experience_replay import previous_reward
+        >>> rows = TensorDict({("next", "reward"): torch.tensor([[1.0], [2.0], [3.0]])}, [3])
+        >>> previous_reward(rows, torch.tensor([0, 2])).flatten().tolist()
+        [0.0, 1.0, 0.0]
+    """
+    reward = rows["next", "reward"]
+    out = torch.zeros_like(reward)
+    out[1:] = reward[:-1]
+    out[episode_starts.to(torch.int64)] = 0
+    return out
+
+
 class D4RLExperienceReplay(_DatasetExperienceReplay):
     """TorchRL's ``D4RLExperienceReplay``, opened by mixreplay's ``d4rl:`` loader (h5py only).
 
@@ -374,3 +406,11 @@ class D4RLExperienceReplay(_DatasetExperienceReplay):
             split_trajs=check_bool(split_trajs, "split_trajs"),
             root=_root(root),
         )
+
+    def _trajectory_rows(self, dataset: OfflineDataset) -> TensorDictBase:
+        # TorchRL's D4RL rows also hold a root "reward" (what reaching the step earned); its
+        # decision-transformer program computes the root return-to-go from it
+        rows = dataset[:]
+        if "reward" not in rows.keys():
+            rows.set("reward", previous_reward(rows, dataset.episode_starts))
+        return rows

@@ -123,6 +123,21 @@ def test_d4rl_name_in_the_d4rl_directory(tmp_path, monkeypatch):
         D4RLExperienceReplay("no-such-v0", 4, download=False)
 
 
+def test_d4rl_trajectories_hold_torchrls_root_reward(tmp_path):
+    """dt's Reward2GoTransform reads ("next", "reward") and TorchRL's root "reward"."""
+    a = d4rl_arrays()
+    write_d4rl(tmp_path / "x.hdf5", a)
+    data = D4RLExperienceReplay(str(tmp_path / "x.hdf5"), 2, split_trajs=True)
+    rows, starts = data[:], data.episode_starts.tolist()
+    lengths = np.diff([*starts, len(a.rewards)])
+    for e, (start, n) in enumerate(zip(starts, lengths)):
+        earned = a.rewards[start : start + n]
+        got = rows["reward"][e, :n, 0]
+        assert got[0] == 0  # nothing earned before an episode's first step
+        assert torch.equal(got[1:], torch.as_tensor(earned[:-1]))
+        assert torch.equal(rows["next", "reward"][e, :n, 0], torch.as_tensor(earned))
+
+
 def test_replacing_the_storage_as_the_decision_transformer_does(tmp_path):
     """dt's utils.py: rows = data[:]; ...; data._storage = TensorStorage(rows)."""
     write_d4rl(tmp_path / "x.hdf5", d4rl_arrays())

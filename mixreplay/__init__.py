@@ -28,13 +28,16 @@ _EXPORTS = {
     "Field": "mixreplay.schema",
     "FrozenStorage": "mixreplay.storages",
     "LazyMemmapStorage": "mixreplay.storages",
+    "LazyStackStorage": "mixreplay.storages",
     "LazyTensorStorage": "mixreplay.storages",
+    "ListStorage": "mixreplay.storages",
     "MinariExperienceReplay": "mixreplay.datasets.experience_replay",
     "MissingDependencyError": "mixreplay.errors",
     "MixreplayError": "mixreplay.errors",
     "MixtureReplayBuffer": "mixreplay.mixing.mixture",
     "OfflineDataset": "mixreplay.buffers",
     "OfflineToOnlineReplayBuffer": "mixreplay.mixing.offline_to_online",
+    "PrioritizedReplayBuffer": "mixreplay.buffers",
     "PrioritizedSampler": "mixreplay.samplers.prioritized",
     "PriorityError": "mixreplay.errors",
     "RandomSampler": "mixreplay.samplers",
@@ -46,6 +49,8 @@ _EXPORTS = {
     "SchemaMismatchError": "mixreplay.errors",
     "SliceSampler": "mixreplay.samplers.slice",
     "Storage": "mixreplay.storages",
+    "TensorDictPrioritizedReplayBuffer": "mixreplay.buffers",
+    "TensorDictReplayBuffer": "mixreplay.buffers",
     "TensorStorage": "mixreplay.storages",
     "list_prefixes": "mixreplay.datasets",
     "load_dataset": "mixreplay.datasets",
@@ -66,13 +71,16 @@ __all__ = [
     "Field",
     "FrozenStorage",
     "LazyMemmapStorage",
+    "LazyStackStorage",
     "LazyTensorStorage",
+    "ListStorage",
     "MinariExperienceReplay",
     "MissingDependencyError",
     "MixreplayError",
     "MixtureReplayBuffer",
     "OfflineDataset",
     "OfflineToOnlineReplayBuffer",
+    "PrioritizedReplayBuffer",
     "PrioritizedSampler",
     "PriorityError",
     "RandomSampler",
@@ -84,6 +92,8 @@ __all__ = [
     "SchemaMismatchError",
     "SliceSampler",
     "Storage",
+    "TensorDictPrioritizedReplayBuffer",
+    "TensorDictReplayBuffer",
     "TensorStorage",
     "WriterEvictedError",
     "__version__",
@@ -112,7 +122,13 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported eagerly
-    from mixreplay.buffers import OfflineDataset, ReplayBuffer
+    from mixreplay.buffers import (
+        OfflineDataset,
+        PrioritizedReplayBuffer,
+        ReplayBuffer,
+        TensorDictPrioritizedReplayBuffer,
+        TensorDictReplayBuffer,
+    )
     from mixreplay.datasets import list_prefixes, load_dataset, register_dataset
     from mixreplay.datasets.experience_replay import D4RLExperienceReplay, MinariExperienceReplay
     from mixreplay.errors import (
@@ -141,7 +157,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from mixreplay.storages import (
         FrozenStorage,
         LazyMemmapStorage,
+        LazyStackStorage,
         LazyTensorStorage,
+        ListStorage,
         Storage,
         TensorStorage,
     )

@@ -1,6 +1,6 @@
 """TorchRL replay-buffer arguments that mixreplay does not support, and what to do instead.
 
-A TorchRL user's ``ReplayBuffer(..., writer=..., shared=True)`` must not be
+A TorchRL user's ``ReplayBuffer(..., writer=..., sample_unit=...)`` must not be
 silently accepted with a different meaning: each argument below is accepted
 only with TorchRL's default (which means what mixreplay does anyway) and
 refused otherwise with an error that names it and the mixreplay way.
@@ -64,11 +64,6 @@ UNSUPPORTED: TorchRLTable = {
         (None,),
         "for one pass over the rows use sampler=SamplerWithoutReplacement()",
     ),
-    "shared": (
-        (False,),
-        "threads share a buffer as is (each storage has a lock); for other "
-        "processes or machines host it in a Ray actor (mixreplay.distributed)",
-    ),
     "compilable": (
         (None, False),
         "mixreplay's sample/extend run eagerly (no torch.compile support); "
@@ -88,9 +83,10 @@ UNSUPPORTED: TorchRLTable = {
     "transport_options": ((None,), "host the buffer in a Ray actor with mixreplay.distributed"),
     "priority_key": (
         ("td_error",),
-        "mixreplay does not read priorities from batches: call "
-        "rb.update_priority(info['index'], priority) with the info of "
-        "sample(return_info=True)",
+        "a ReplayBuffer does not read priorities from batches: build a "
+        "TensorDictReplayBuffer(priority_key=...) (its batches carry 'index' for "
+        "update_tensordict_priority), or call rb.update_priority(info['index'], priority) "
+        "with the info of sample(return_info=True)",
     ),
 }
 
@@ -139,7 +135,6 @@ UNSUPPORTED_METHODS: dict[str, str] = {
     "client": _SERVICE,
     "shutdown": _SERVICE,
     "synchronize": _SERVICE,
-    "share": "threads share a buffer as is; for other processes use mixreplay.distributed",
     "set_rng": "pass generator= (a torch.Generator or an int seed) when building the buffer",
     "set_storage": "build a new buffer with the storage",
     "set_writer": "build a new buffer",
@@ -155,8 +150,9 @@ UNSUPPORTED_METHODS: dict[str, str] = {
     "register_load_hook": "checkpoints have no hooks; post-process after rb.loads(path)",
     "query": "filter trajectories from rb.storage.to_tensordict() (or use SliceSampler for slices)",
     "mark_update": "mixreplay does not track staleness; weight rows with a PrioritizedSampler",
-    "update_tensordict_priority": "call rb.update_priority(info['index'], priority) with the info "
-    "of sample(return_info=True)",
+    "update_tensordict_priority": "it is TensorDictReplayBuffer's (its batches carry 'index'); "
+    "here call rb.update_priority(info['index'], priority) with the info of "
+    "sample(return_info=True)",
 }
 
 

@@ -5,7 +5,10 @@
     BufferBase (base.py)          what every buffer shares: fields, sampling, prefetch,
     │                             transforms, checkpoint files
     ├── ReplayBuffer              rows of one storage, drawn by a sampler
-    │   └── OfflineDataset        read-only rows with episode boundaries
+    │   ├── OfflineDataset        read-only rows with episode boundaries
+    │   ├── PrioritizedReplayBuffer         TorchRL's recipe: a PrioritizedSampler built in
+    │   └── TensorDictReplayBuffer          batches carry "index"; priorities from the rows
+    │       └── TensorDictPrioritizedReplayBuffer
     └── MixingBuffer              several sources mixed per batch (mixreplay.mixing)
 
 The mixing buffers live in :mod:`mixreplay.mixing`; ``from mixreplay.buffers import
@@ -19,9 +22,19 @@ import importlib
 from typing import TYPE_CHECKING
 
 from mixreplay.buffers.offline import OfflineDataset
+from mixreplay.buffers.prioritized import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer
 from mixreplay.buffers.replay import ReplayBuffer
+from mixreplay.buffers.tensordict import TensorDictReplayBuffer
 
-__all__ = ["MixtureReplayBuffer", "OfflineDataset", "OfflineToOnlineReplayBuffer", "ReplayBuffer"]
+__all__ = [
+    "MixtureReplayBuffer",
+    "OfflineDataset",
+    "OfflineToOnlineReplayBuffer",
+    "PrioritizedReplayBuffer",
+    "ReplayBuffer",
+    "TensorDictPrioritizedReplayBuffer",
+    "TensorDictReplayBuffer",
+]
 
 _MIXING = {
     "MixtureReplayBuffer": "mixreplay.mixing.mixture",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from multiprocessing.context import get_spawning_popen
 from typing import Any, NamedTuple
 
 import torch
@@ -22,6 +23,7 @@ from mixreplay.samplers import RandomSampler, Sampler
 from mixreplay.storages.base import PackedStorage, Storage
 from mixreplay.storages.foreign import adapt_storage, looks_like_storage
 from mixreplay.storages.ring import LazyTensorStorage
+from mixreplay.storages.shared import is_shared, share_ring
 from mixreplay.transforms import Inverted, Transform
 
 __all__ = ["DEFAULT_CAPACITY", "ReplayBuffer", "Sampled", "check_batch_size", "make_generator"]
@@ -112,6 +114,24 @@ def _no_rows(data: Any) -> bool:
     return shape is not None and len(shape) > 0 and shape[0] == 0
 
 
+class _SentGenerator:
+    """A generator on its way to a new process: its state as bytes (torch's own reduction of a
+    generator's state tensor fails through ``multiprocessing``'s file descriptors)."""
+
+    def __init__(self, generator: torch.Generator):
+        self.device = str(generator.device)
+        self.state = generator.get_state().numpy().tobytes()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_received_generator, (self.device, self.state))
+
+
+def _received_generator(device: str, state: bytes) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
+    return g
+
+
 class Sampled(NamedTuple):
     """One batch of a :class:`ReplayBuffer` (what the prefetch queue holds)."""
 
@@ -153,9 +173,14 @@ class ReplayBuffer(BufferBase[Sampled]):
             ``non_blocking`` copy and split into leaves on the GPU; the transforms run
             there. Refused (``ValueError``) when this machine has no such device.
         collate_fn: applied to every batch as stored (and to ``rb[index]`` but for an int
-            index), before the transforms, as TorchRL does with a tensor storage.
+            index), before the transforms, as TorchRL does with a tensor storage; for a
+            storage of items (:class:`~mixreplay.ListStorage`) the storage's own
+            ``collate`` by default (TorchRL's).
+        shared: share the rows with other processes (TorchRL's ``shared=True``: a
+            collector in another process writes, this one samples), with the guarantees
+            of the threaded path; see :mod:`mixreplay.storages.shared`.
         **torchrl_kwargs: TorchRL's other arguments (``writer``, ``dim_extend``,
-            ``shared``, ``compilable``, ...) are accepted with TorchRL's default (a
+            ``compilable``, ...) are accepted with TorchRL's default (a
             ``RoundRobinWriter`` for ``writer``), which is what mixreplay does; any other
             value raises ``TypeError`` naming the argument and the mixreplay way.
 
@@ -201,9 +226,11 @@ class ReplayBuffer(BufferBase[Sampled]):
         pin_memory: bool = False,
         collate_fn: Callable[[Any], Any] | None = None,
         batch_device: torch.device | str | None = None,
+        shared: bool = False,
         **torchrl_kwargs: Any,
     ):
         check_unsupported(type(self).__name__, torchrl_kwargs)
+        check_bool(shared, "shared")
         if collate_fn is not None:
             check_callable(collate_fn, "collate_fn", hint="pass a function batch -> batch")
         self._collate_fn = collate_fn
@@ -227,6 +254,8 @@ class ReplayBuffer(BufferBase[Sampled]):
             transform = transform_factory()
         if not isinstance(storage, Storage):
             storage = adapt_storage(storage)
+        if shared:
+            share_ring(storage)  # before anything holds its lock
         self._storage: Storage = storage
         if sampler is None:
             sampler = RandomSampler()
@@ -237,9 +266,26 @@ class ReplayBuffer(BufferBase[Sampled]):
             )
         sampler.attach(storage)  # sizes what it keeps by the storage, checks it fits
         self._sampler: Sampler = sampler
+        if storage.holds_items:
+            # TorchRL's default for a storage of items: the storage's own collate
+            if collate_fn is None:
+                self._collate_fn = storage.collate
+            if batch_device is not None:
+                raise TypeError(
+                    f"batch_device= needs a storage of rows; {type(storage).__name__} hands out "
+                    "items: move the batch yourself (batch.to(device)) or store the rows in a "
+                    "LazyTensorStorage"
+                )
         self._init_buffer(batch_size, generator, transform, prefetch, pin_memory, batch_device)
         for t in self._transform:
             _eval(t)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        if get_spawning_popen() is not None:  # to a new process (a shared buffer's collector)
+            state["_generator"] = _SentGenerator(self._generator)
+            state["_device_generators"] = {}  # a shared buffer's rows are on the host
+        return state
 
     # -- prefetching (mixreplay.prefetch) --------------------------------------------------
 
@@ -278,9 +324,42 @@ class ReplayBuffer(BufferBase[Sampled]):
 
     def __getattr__(self, name: str):
         # Only reached for missing attributes: a TorchRL one gets the mixreplay way.
+        if name == "update_tensordict_priority" and self.__dict__.get("_sampler") is not None:
+            if self._sampler.prioritized:
+                # TorchRL's trainers ask hasattr(rb, "update_tensordict_priority") and, without
+                # it, silently never update priorities: refused here, with the fix.
+                raise TypeError(
+                    f"{type(self).__name__} with a {type(self._sampler).__name__} has no "
+                    "update_tensordict_priority (its batches carry no 'index'), so a TorchRL "
+                    "trainer hook could never update its priorities; build a "
+                    "TensorDictPrioritizedReplayBuffer(alpha=..., beta=...) or "
+                    "TensorDictReplayBuffer(sampler=PrioritizedSampler(...)) instead"
+                )
         if name in UNSUPPORTED_METHODS:
             raise unsupported_method(type(self).__name__, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def shared(self) -> bool:
+        """Whether the rows are shared between processes (TorchRL's ``shared``; see
+        :mod:`mixreplay.storages.shared`)."""
+        return is_shared(self._storage)
+
+    def share(self, shared: bool = True) -> ReplayBuffer:
+        """Share the rows with other processes (TorchRL's ``share``); returns the buffer.
+
+        The storage becomes shared in place (see :mod:`mixreplay.storages.shared`): call
+        it before another process gets the buffer. A shared buffer stays shared:
+        ``share(False)`` on it raises ``TypeError``.
+        """
+        if check_bool(shared, "shared"):
+            share_ring(self._storage)
+        elif self.shared:
+            raise TypeError(
+                "share(False): a buffer shared between processes stays shared (other "
+                "processes may hold its rows); build a new buffer for a private one"
+            )
+        return self
 
     @property
     def initialized(self) -> bool:
@@ -364,11 +443,22 @@ class ReplayBuffer(BufferBase[Sampled]):
             data = self._transform.inv(data_types.one_row(data) if collection else data)
             if _no_rows(data):
                 return _NOTHING_WRITTEN.clone()
-            return int(self._write(data if collection else data_types.one_row(data))[0])
-        return int(self._write(data_types.one_row(data))[0])
+            return int(self._write(data if collection else self._one(data))[0])
+        return int(self._write(self._one(data))[0])
+
+    def _one(self, data: Any) -> Any:
+        """One row (or item) as a batch of one, as the storage writes it."""
+        return [data] if self._storage.holds_items else data_types.one_row(data)
 
     def _write(self, data: Any) -> torch.Tensor:
         storage = self._storage
+        if storage.holds_items:  # items are stored as they are: no rows, no codec
+            self._before_write()
+            with storage.lock:
+                index = storage.extend(data)
+                self._sampler.on_extend(index, storage)
+            self._after_write()
+            return index
         codec = storage.codec
         # the fast path (TensorDict rows [n] into TensorDict rows) costs two cheap checks;
         # everything else, TensorDict subclasses and lazy stacks included, is converted
@@ -432,6 +522,8 @@ class ReplayBuffer(BufferBase[Sampled]):
         with self._storage.lock:
             index = self._draw_exact(n, generator)
             rows = self._storage.gather_unlocked(index)
+        if self._storage.holds_items:  # items: a batch once collated (TensorDicts stacked)
+            rows = self._collate_fn(rows)  # type: ignore[misc]
         if self._transform:
             rows = self._transform(rows)
         return rows, index

@@ -31,8 +31,7 @@ _TORCHRL: Table = {
     ),
     "reduction": (
         ("max", "min", "median", "mean"),
-        "it reduces the priorities of a multi-dimensional (ndim > 1) storage, which mixreplay "
-        "does not have; drop reduction=",
+        "it reduces the values of a row's priority entry to one (TensorDictReplayBuffer)",
     ),
     "replacement": (
         (True,),
@@ -40,6 +39,10 @@ _TORCHRL: Table = {
         "replacement=False (drop replacement=, or use SamplerWithoutReplacement)",
     ),
 }
+
+
+#: more slots than any tree is built for: a storage this large is an unbounded one
+_MOST_SLOTS = 1 << 48
 
 
 def _largest(capacity: int) -> float:
@@ -119,10 +122,12 @@ class PrioritizedSampler(Sampler):
     when the first is an integer, in mixreplay's (``alpha, beta, eps``) otherwise.
     Called TorchRL's way (with ``max_capacity``), ``alpha`` and ``beta`` are
     required and ``eps`` defaults to TorchRL's ``1e-8``; otherwise the defaults
-    are ``alpha=0.6, beta=0.4, eps=1e-6``. TorchRL's ``dtype`` and ``reduction``
-    are accepted with the values that mean what mixreplay does (priorities are
-    always float64; any reduction: storages are 1-D), and ``replacement=True``;
-    any other value is refused with a ``TypeError``.
+    are ``alpha=0.6, beta=0.4, eps=1e-6``. TorchRL's ``dtype`` is accepted with the
+    values that mean what mixreplay does (priorities are always float64), and
+    ``replacement=True``; any other value is refused with a ``TypeError``. TorchRL's
+    ``reduction`` (``"max"``, ``"min"``, ``"mean"``, ``"median"``) is kept as
+    :attr:`reduction`: a :class:`~mixreplay.TensorDictReplayBuffer` reduces a row's
+    priority entry that holds several values with it.
 
     Examples:
         >>> import torch
@@ -162,6 +167,7 @@ class PrioritizedSampler(Sampler):
             args, {"max_capacity": max_capacity, "alpha": alpha, "beta": beta, "eps": eps}
         )
         check_torchrl_kwargs("PrioritizedSampler", torchrl_kwargs, _TORCHRL)
+        self._reduction: str = torchrl_kwargs.get("reduction", "max")
         self._max_capacity = (
             None
             if given.get("max_capacity") is None
@@ -353,6 +359,12 @@ class PrioritizedSampler(Sampler):
         self._beta = check_real(value, "PrioritizedSampler beta", min=0.0)
 
     @property
+    def reduction(self) -> str:
+        """How a :class:`~mixreplay.TensorDictReplayBuffer` reduces a row's priority entry
+        holding several values to one (TorchRL's ``reduction``: ``"max"`` by default)."""
+        return self._reduction
+
+    @property
     def max_priority_within_buffer(self) -> bool:
         """Whether new rows get the largest priority held (else the largest ever assigned)."""
         return self._within
@@ -415,6 +427,7 @@ class PrioritizedSampler(Sampler):
     def __setstate__(self, state: dict[str, Any]) -> None:
         # samplers pickled before these fields existed
         state.setdefault("_within", False)
+        state.setdefault("_reduction", "max")
         state.setdefault("_lock", None)
         if "_max_raw" not in state:
             state["_max_raw"] = _raw_of(
@@ -446,6 +459,12 @@ class PrioritizedSampler(Sampler):
 
     def _bind(self, storage: Storage) -> SumTree:
         capacity, device = storage.max_size, storage.device
+        if capacity > _MOST_SLOTS:
+            raise ValueError(
+                f"PrioritizedSampler keeps one priority per slot and cannot serve a storage of "
+                f"unbounded size ({type(storage).__name__} with max_size={capacity}); give the "
+                f"storage a max_size, e.g. {type(storage).__name__}(1_000_000)"
+            )
         if self._max_capacity is not None and capacity != self._max_capacity:
             raise ValueError(
                 f"PrioritizedSampler(max_capacity={self._max_capacity}) cannot serve a storage "

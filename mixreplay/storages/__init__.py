@@ -4,6 +4,7 @@ from mixreplay.storages.base import PackedStorage, Storage
 from mixreplay.storages.dedup import DedupFrozenStorage, DedupLayout, dedup_rows
 from mixreplay.storages.foreign import ForeignStorage, adapt_storage
 from mixreplay.storages.frozen import FrozenStorage
+from mixreplay.storages.items import LazyStackStorage, ListStorage
 from mixreplay.storages.ring import LazyMemmapStorage, LazyTensorStorage, TensorStorage
 
 __all__ = [
@@ -12,7 +13,9 @@ __all__ = [
     "ForeignStorage",
     "FrozenStorage",
     "LazyMemmapStorage",
+    "LazyStackStorage",
     "LazyTensorStorage",
+    "ListStorage",
     "PackedStorage",
     "Storage",
     "TensorStorage",

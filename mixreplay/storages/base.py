@@ -8,6 +8,8 @@
     │   │   ├── LazyTensorStorage   in memory, on any device
     │   │   └── LazyMemmapStorage   in a memory-mapped file
     │   └── FrozenStorage   read-only rows (offline data)
+    ├── ListStorage         items of any type, one per slot (storages/items.py)
+    │   └── LazyStackStorage  TensorDicts of any shapes, read as a lazy stack
     └── ForeignStorage      a TorchRL Storage driven as a ring
 
 A storage holds rows in slots ``0 .. max_size - 1``. Writes and reads take its
@@ -204,6 +206,8 @@ class Storage(Locked, abc.ABC):
         writable: whether :meth:`extend` may be called (``False`` for offline data).
         packed: whether rows are packed words (:class:`PackedStorage`): mixing buffers
             then gather them straight into one output with :meth:`PackedStorage.gather_into`.
+        holds_items: whether slots hold items of any type (:class:`~mixreplay.ListStorage`):
+            the buffer writes them as they are and collates the items it reads.
 
     Examples:
         >>> import torch
@@ -219,6 +223,9 @@ class Storage(Locked, abc.ABC):
 
     writable: ClassVar[bool] = True
     packed: ClassVar[bool] = False
+    #: whether slots hold items as written (:mod:`mixreplay.storages.items`), handed to the
+    #: buffer as a list for its ``collate_fn``, instead of rows of one schema
+    holds_items: ClassVar[bool] = False
     #: the name a checkpoint saves this storage under (the class name by default): moving
     #: the class to another module changes nothing saved; renaming it means setting this
     config_name: ClassVar[str] = "Storage"

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Callable
+from multiprocessing.context import get_spawning_popen
 from typing import Any
 
 import torch
@@ -196,6 +197,8 @@ class TensorStorage(PackedStorage):
 
     #: whether next values are kept once (a class of :mod:`mixreplay.storages.dedup`)
     dedup_next: bool = False
+    #: whether rows and counters are shared between processes (:mod:`mixreplay.storages.shared`)
+    shared: bool = False
     #: whether the first positional argument may be existing data (TorchRL's TensorStorage)
     _wraps_data: bool = True
 
@@ -445,6 +448,14 @@ class TensorStorage(PackedStorage):
         return index if start + n <= cap else index % cap
 
     def __getstate__(self) -> dict[str, Any]:
+        if not self.shared and get_spawning_popen() is not None:
+            # torch would map the rows into the new process, but not the counters: its
+            # writes would land in rows this process never counts (or tear rows it reads)
+            raise RuntimeError(
+                f"this {type(self).__name__} is not shared between processes, and is being "
+                "sent to a new process: build the buffer with shared=True (or call "
+                "rb.share() before starting the process)"
+            )
         state = super().__getstate__()
         state["_scratch"] = None
         return state
@@ -783,8 +794,9 @@ class LazyMemmapStorage(TensorStorage):
         removed when the storage is collected or the process exits (see
         :func:`map_scratch_file`).
         """
+        # a shared ring's file stays visible: another process maps it by its path
         words, path = map_scratch_file(
-            self.scratch_dir, prefix, nbytes, keep=not self._auto_cleanup
+            self.scratch_dir, prefix, nbytes, keep=not self._auto_cleanup or self.shared
         )
         if path is None:
             return words, None, _nothing_to_remove

@@ -1,0 +1,335 @@
+"""TorchRL's TensorDict buffer: batches that carry their slots, priorities read from the rows.
+
+:class:`TensorDictReplayBuffer` is a :class:`~mixreplay.ReplayBuffer` of TensorDicts
+with TorchRL's three additions, which let a training loop update priorities without
+keeping indices itself:
+
+- every sampled batch carries ``"index"`` (the slots drawn) and the sampler's
+  per-row entries (``"priority_weight"`` of a prioritized sampler, a slice sampler's
+  ``("next", "truncated")`` ...), set into the batch as TorchRL does;
+- ``extend(td)`` sets ``"index"`` into the TensorDict written and, when it holds the
+  ``priority_key`` entry, gives the rows those priorities;
+- :meth:`~TensorDictReplayBuffer.update_tensordict_priority` reads ``"index"`` and the
+  ``priority_key`` entry of a batch (after the loss wrote its TD error there) and
+  updates the sampler.
+
+TorchRL's trainers (``torchrl.trainers.ReplayBufferTrainer``, its TD3 and
+execution helpers) look for ``update_tensordict_priority`` on the buffer and call it
+after each loss: they update the priorities of these buffers as they do TorchRL's.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase, is_tensorclass
+from tensordict.utils import expand_as_right
+
+from mixreplay._validate import describe
+from mixreplay.buffers.replay import _NOTHING_WRITTEN, DEFAULT_CAPACITY, ReplayBuffer, Sampled
+from mixreplay.data_types import summarize
+from mixreplay.errors import DataStructureError, PriorityError
+from mixreplay.schema import NestedKey, normalize_key
+from mixreplay.storages.items import ListStorage
+
+__all__ = ["INFO_ONLY", "TensorDictReplayBuffer", "check_priority_key", "reduce_priority"]
+
+#: what a sampler's info holds that TorchRL's does not: kept out of the batch (the info of
+#: ``sample(return_info=True)`` still has it)
+INFO_ONLY = frozenset({"weight"})
+
+_MISSING: Any = object()
+
+_REDUCTIONS = ("max", "min", "mean", "median")
+
+
+def check_priority_key(key: Any) -> NestedKey:
+    """``key`` if it names an entry (a string or a tuple of strings); ``TypeError`` otherwise."""
+    try:
+        normalize_key(key)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"priority_key must name an entry of the rows (a str, or a tuple of str for a "
+            f"nested key), got {describe(key)}; e.g. priority_key='td_error'"
+        ) from None
+    return key
+
+
+def reduce_priority(priority: torch.Tensor, reduction: str, dim: int | None = None) -> torch.Tensor:
+    """``priority`` reduced by TorchRL's ``reduction`` (over ``dim``, or all of it)."""
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    if reduction == "mean":
+        priority = priority.float() if not priority.is_floating_point() else priority
+        return priority.mean() if dim is None else priority.mean(dim)
+    if dim is None:
+        return getattr(priority, reduction)()
+    out = getattr(priority, reduction)(dim)
+    return out.values if reduction in ("max", "min", "median") else out
+
+
+class TensorDictReplayBuffer(ReplayBuffer):
+    """A :class:`~mixreplay.ReplayBuffer` of TensorDicts whose batches carry their slots.
+
+    TorchRL's ``TensorDictReplayBuffer``, with its arguments and meaning: a sampled
+    batch holds ``"index"`` (the slots drawn, ``int64``) and the sampler's per-row
+    entries (``"priority_weight"`` for a :class:`~mixreplay.PrioritizedSampler`; a
+    :class:`~mixreplay.SliceSampler`'s ``("next", "truncated")``, ``("next", "done")``,
+    ...); ``extend(td)`` sets ``"index"`` into ``td`` and, when ``td`` holds the
+    ``priority_key`` entry and the sampler is prioritized, gives the rows those
+    priorities; :meth:`update_tensordict_priority` updates the priorities from a batch.
+    With a sampler that has no priorities, priority entries are ignored, as in TorchRL.
+
+    Keyword Args:
+        priority_key: the entry holding a row's priority (TorchRL's ``"td_error"``, the
+            key TorchRL's losses write).
+        storage: as :class:`~mixreplay.ReplayBuffer`; TorchRL's default here,
+            ``ListStorage(1000)``, when ``None`` (pass a
+            :class:`~mixreplay.LazyTensorStorage` for rows of one structure: one
+            ``index_select`` per batch).
+        **kwargs: every other :class:`~mixreplay.ReplayBuffer` argument (``sampler``,
+            ``batch_size``, ``prefetch``, ``pin_memory``, ``transform``, ``generator``,
+            TorchRL's ``writer``, ``shared``, ...).
+
+    ``update_priority(index, priority)`` sets priorities by slot, as on any buffer;
+    called with one TensorDict, ``update_priority(batch)``, it is
+    :meth:`update_tensordict_priority` (what several of TorchRL's training scripts
+    write: TorchRL's own buffer raises a ``TypeError`` for it).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from mixreplay import LazyTensorStorage, PrioritizedSampler, TensorDictReplayBuffer
+        >>> rb = TensorDictReplayBuffer(
+        ...     storage=LazyTensorStorage(10),
+        ...     sampler=PrioritizedSampler(max_capacity=10, alpha=1.0, beta=1.0),
+        ...     batch_size=4, generator=0)
+        >>> data = TensorDict(
+        ...     {"obs": torch.arange(10.0), "td_error": (torch.arange(10) == 3) * 1000.0}, [10])
+        >>> rb.extend(data).tolist() == data["index"].tolist()  # extend sets "index"
+        True
+        >>> batch = rb.sample()  # row 3 has all the priority
+        >>> batch["index"].tolist(), sorted(batch.keys())
+        ([3, 3, 3, 3], ['index', 'obs', 'priority_weight', 'td_error'])
+        >>> batch["td_error"] = torch.zeros(4)  # what a loss writes
+        >>> rb.update_tensordict_priority(batch)  # now every row has the same priority
+        >>> sorted(set(rb.sample(100)["index"].tolist()))
+        [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    """
+
+    def __init__(self, *, priority_key: NestedKey = "td_error", storage: Any = None, **kwargs: Any):
+        self.priority_key = check_priority_key(priority_key)
+        if storage is None:
+            storage = ListStorage(DEFAULT_CAPACITY)  # TorchRL's default storage
+        super().__init__(storage=storage, **kwargs)
+
+    # -- sampling: the info goes into the batch ---------------------------------------------
+
+    def _sample_now(self, n: int, info: bool) -> Sampled:
+        drawn = super()._sample_now(n, True)
+        assert drawn.info is not None
+        return Sampled(_with_info(drawn.batch, drawn.info), drawn.info if info else None)
+
+    def sample(
+        self,
+        batch_size: int | None = None,
+        return_info: bool = False,
+        include_info: bool | None = None,
+    ) -> Any:
+        """Draw a batch holding ``"index"`` and the sampler's per-row entries (TorchRL's).
+
+        Args:
+            batch_size: rows to draw (the buffer's ``batch_size`` if ``None``).
+            return_info: also return the info (``(batch, info)``), as
+                :meth:`ReplayBuffer.sample <mixreplay.ReplayBuffer.sample>`.
+            include_info: TorchRL's deprecated switch (a warning, as in TorchRL);
+                ``False`` leaves the entries out of the batch.
+        """
+        if include_info is not None:
+            warnings.warn(
+                "include_info is going to be deprecated soon. The default behavior has changed "
+                "to `include_info=True` to avoid bugs linked to wrongly preassigned values in "
+                "the output tensordict.",
+                stacklevel=2,
+            )
+        batch, info = super().sample(batch_size, return_info=True)
+        if include_info is False and isinstance(batch, TensorDictBase):
+            batch = batch.exclude(*(k for k in info.keys(True, True) if k not in INFO_ONLY))
+        return (batch, info) if return_info else batch
+
+    # -- writing: "index" into the data, priorities from it ---------------------------------
+
+    def extend(self, data: Any, *, update_priority: bool | None = None) -> torch.Tensor:
+        """Write the rows of the TensorDict ``data``; set ``data["index"]``; return the slots.
+
+        As TorchRL: write-side transforms run first; ``"index"`` is set into the
+        TensorDict written (the slot of each row, expanded over its other dims); when it
+        holds the ``priority_key`` entry and the sampler is prioritized, the rows get those
+        priorities (checked before anything is written). ``update_priority=False`` skips
+        that.
+
+        Raises:
+            DataStructureError: ``data`` is not a TensorDict (also a ``ValueError``, as
+                TorchRL's).
+        """
+        if not isinstance(data, TensorDictBase):
+            raise DataStructureError(
+                f"{type(self).__name__} only accepts TensorDictBase subclasses, got "
+                f"{summarize(data)}: tensorclasses and other types go in a ReplayBuffer"
+            )
+        if self._transform.writes:
+            data = self._transform.inv(data)
+            if data is None or (isinstance(data, TensorDictBase) and data.shape[:1] == (0,)):
+                return _NOTHING_WRITTEN.clone()
+        priority = None
+        if update_priority is None or update_priority:
+            priority = data.get(self.priority_key, None) if self._sampler.prioritized else None
+            if priority is not None:
+                _check_values(priority, data.shape[0] if data.batch_dims else 1)
+        index = self._write(data)
+        _set_index(data, index)
+        if priority is not None:
+            self.update_priority(index, priority)
+        return index
+
+    def add(self, data: Any) -> Any:
+        """Write one row; for a TensorDict, set its ``"index"`` and read its priority entry."""
+        if self._transform.writes:
+            data = self._transform.inv(data)
+            if data is None:
+                return _NOTHING_WRITTEN.clone()
+        priority = None
+        if isinstance(data, TensorDictBase) and self._sampler.prioritized:
+            priority = data.get(self.priority_key, None)
+            if priority is not None:
+                priority = torch.as_tensor(priority)
+                priority = reduce_priority(priority, self._sampler.reduction)
+                _check_values(priority, 1)
+        index = int(self._write(self._one(data))[0])
+        if isinstance(data, TensorDictBase):
+            data.set("index", torch.tensor(index, device=data.device))
+        if priority is not None:
+            self.update_priority(torch.tensor([index]), priority.reshape(1))
+        return index
+
+    # -- priorities -------------------------------------------------------------------------
+
+    def update_priority(self, index: Any, priority: Any = _MISSING) -> None:
+        """Set the priorities of slots ``index``; with one TensorDict, read them from it.
+
+        ``update_priority(index, priority)`` is :meth:`ReplayBuffer.update_priority
+        <mixreplay.ReplayBuffer.update_priority>`. ``update_priority(batch)`` with a
+        sampled TensorDict is :meth:`update_tensordict_priority` (TorchRL's scripts call
+        it that way; TorchRL's own buffer raises a ``TypeError`` there).
+        """
+        if priority is _MISSING:
+            if isinstance(index, TensorDictBase):
+                self.update_tensordict_priority(index)
+                return
+            raise TypeError(
+                f"{type(self).__name__}.update_priority() takes (index, priority), or one "
+                f"sampled TensorDict, got {summarize(index)} alone; pass the priorities too"
+            )
+        super().update_priority(index, priority)
+
+    def update_tensordict_priority(self, data: TensorDictBase) -> None:
+        """Update the priorities of the rows ``data`` was sampled from (TorchRL's method).
+
+        Reads ``data["index"]`` (the slots, as :meth:`sample` set them) and the
+        ``priority_key`` entry (e.g. the TD error TorchRL's losses write there), reduced
+        per row with the sampler's ``reduction`` (``"max"`` by default) when it holds
+        several values; a batch without that entry gives its rows the priority of new
+        rows. Does nothing when the sampler has no priorities, as in TorchRL.
+        """
+        if not self._sampler.prioritized:
+            return
+        if not isinstance(data, TensorDictBase):
+            raise TypeError(
+                f"update_tensordict_priority takes a sampled TensorDict (with 'index' and "
+                f"{self.priority_key!r}), got {summarize(data)}; for slots and values call "
+                "update_priority(index, priority)"
+            )
+        reduction = self._sampler.reduction
+        raw = data.get(self.priority_key, None)
+        if data.batch_dims:
+            n = data.shape[0]
+            if raw is None:
+                priority = torch.full((n,), float(self._sampler.default_priority))
+            else:
+                priority = reduce_priority(torch.as_tensor(raw).reshape(n, -1), reduction, dim=1)
+        else:
+            if raw is None:
+                priority = torch.tensor(float(self._sampler.default_priority))
+            else:
+                priority = reduce_priority(torch.as_tensor(raw), reduction)
+        index = data.get("index")
+        while index.shape != priority.shape and index.ndim > priority.ndim:
+            index = index[..., 0]  # TorchRL's: rows of [T] carry their slot T times
+        self.update_priority(index.reshape(-1), priority.reshape(-1))
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(storage={self._storage!r}, sampler={self._sampler!r}, "
+            f"batch_size={self._batch_size}, priority_key={self.priority_key!r})"
+        )
+
+
+def _with_info(batch: Any, info: TensorDictBase) -> Any:
+    """``batch`` with TorchRL's info entries set into it (``"index"``, ``"priority_weight"``,
+    a slice sampler's entries), each expanded over the batch's other dims."""
+    if is_tensorclass(batch):
+        return batch  # TorchRL leaves a tensorclass batch as it is
+    if not isinstance(batch, TensorDictBase):
+        raise DataStructureError(
+            f"Cannot include info in non-tensordict data: a TensorDictReplayBuffer batch is a "
+            f"TensorDict, got {summarize(batch)}; store TensorDicts, or use a ReplayBuffer "
+            "(sample(return_info=True) gives the info beside the batch)"
+        )
+    locked = batch.is_locked
+    if locked:
+        batch.unlock_()
+    try:
+        for key, value in info.items(include_nested=True, leaves_only=True):
+            if key in INFO_ONLY:
+                continue
+            if value.ndim < batch.ndim:
+                value = expand_as_right(value, batch)
+            try:
+                batch.set(key, value)
+            except RuntimeError as err:
+                raise RuntimeError(
+                    "Failed to set the metadata (e.g., indices or weights) in the sampled "
+                    "tensordict within TensorDictReplayBuffer.sample: a transform probably "
+                    f"changed the batch's shape ({err}); sample(return_info=True) of a "
+                    "ReplayBuffer gives the info beside the batch"
+                ) from err
+    finally:
+        if locked:
+            batch.lock_()
+    return batch
+
+
+def _set_index(data: TensorDictBase, index: torch.Tensor) -> None:
+    """TorchRL's ``"index"`` in the TensorDict written: each row's slot, over its other dims."""
+    if index.numel() != (data.shape[0] if data.batch_dims else 1):
+        return  # a write of more rows than the storage holds: the slots repeat; TorchRL's too
+    value = index.to(data.device) if data.device is not None else index
+    data.set("index", expand_as_right(value, data) if data.batch_dims else value.reshape(()))
+
+
+def _check_values(priority: Any, n: int) -> None:
+    """Refuse, before anything is written, priorities that cannot be given to ``n`` rows."""
+    p = torch.as_tensor(priority)
+    if p.numel() not in (1, n):
+        raise PriorityError(
+            f"the priority entry has shape {list(p.shape)}, which gives no single priority to "
+            f"each of the {n} rows written; give it shape [{n}] (or [{n}, 1]), or extend with "
+            "update_priority=False"
+        )
+    if p.is_floating_point() and not bool(torch.isfinite(p).all()):
+        raise PriorityError(
+            "the priority entry holds NaN or infinite values; nothing was written (check the "
+            "loss, or extend with update_priority=False)"
+        )

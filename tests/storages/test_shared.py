@@ -1,0 +1,210 @@
+"""shared=True: rows written by collectors in other processes, sampled here, whole and each once.
+
+Real processes (``spawn``, as TorchRL's collectors start theirs), each under a watchdog: a
+process that does not finish in time is killed and the test fails.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import time
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from mixreplay import (
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    ListStorage,
+    PrioritizedSampler,
+    ReplayBuffer,
+    SliceSampler,
+    TensorDictReplayBuffer,
+)
+from mixreplay.errors import DataStructureError
+
+CTX = multiprocessing.get_context("spawn")
+DEADLINE_S = 120  # the watchdog: far beyond what the writes take, even on a loaded machine
+
+
+def rows(start: int, n: int) -> TensorDict:
+    """Rows whose every leaf encodes the row's id: a torn row has leaves of two ids."""
+    ids = torch.arange(start, start + n)
+    f = ids.to(torch.float64).unsqueeze(-1)
+    return TensorDict(
+        {
+            "id": ids,
+            "obs": f.expand(n, 6).clone(),
+            "next": {"obs": (f + 0.5).expand(n, 6).clone(), "done": (ids % 7 == 6).unsqueeze(-1)},
+        },
+        [n],
+    )
+
+
+def check_whole(batch: TensorDict) -> None:
+    ids = batch["id"].to(torch.float64).unsqueeze(-1)
+    assert torch.equal(batch["obs"], ids.expand_as(batch["obs"])), "a torn row"
+    assert torch.equal(batch["next", "obs"], (ids + 0.5).expand_as(batch["next", "obs"]))
+
+
+def collector(rb, start: int, n: int, chunk: int, barrier=None) -> None:
+    """A collector process: writes ids ``start .. start + n`` in chunks, as an env loop would
+    (all at once with the other processes waiting on ``barrier``)."""
+    if barrier is not None:
+        barrier.wait(DEADLINE_S)
+    for i in range(start, start + n, chunk):
+        rb.extend(rows(i, min(chunk, start + n - i)))
+
+
+def run(processes) -> None:
+    """Start ``processes``; return once they all ended well (the watchdog kills late ones)."""
+    for p in processes:
+        p.start()
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        for p in processes:
+            p.join(max(0.0, deadline - time.monotonic()))
+        late = [p for p in processes if p.is_alive()]
+        assert not late, f"{len(late)} writer process(es) still running after {DEADLINE_S} s"
+        assert [p.exitcode for p in processes] == [0] * len(processes)
+    finally:
+        for p in processes:
+            if p.is_alive():
+                p.kill()
+                p.join(10)
+
+
+def allocated(rb):
+    """The buffer with its rows allocated, then emptied (TorchRL's sac-async does this)."""
+    rb.extend(rows(-1, 1))
+    rb.empty()
+    return rb
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize(("storage", "capacity"), [("tensor", 2000), ("memmap", 300)])
+def test_rows_written_by_two_other_processes_are_sampled_whole_and_stored_once(
+    storage, capacity, tmp_path
+):
+    store = (
+        LazyTensorStorage(capacity)
+        if storage == "tensor"
+        else LazyMemmapStorage(capacity, scratch_dir=tmp_path / "rb")
+    )
+    rb = allocated(ReplayBuffer(storage=store, shared=True, batch_size=64, generator=0))
+    barrier = CTX.Barrier(3)  # the two writers and this process start together
+    writers = [
+        CTX.Process(target=collector, args=(rb, k * 1000, 1000, 1 + 2 * k, barrier)) for k in (0, 1)
+    ]
+    for p in writers:
+        p.start()
+    deadline = time.monotonic() + DEADLINE_S
+    barrier.wait(DEADLINE_S)
+    lengths, draws = [], 0
+    try:
+        while any(p.is_alive() for p in writers):
+            assert time.monotonic() < deadline, "the writer processes did not finish in time"
+            lengths.append(len(rb))
+            if lengths[-1]:
+                check_whole(rb.sample())  # drawn while the other processes write
+                draws += 1
+        for p in writers:
+            p.join(10)
+            assert p.exitcode == 0
+    finally:
+        for p in writers:
+            if p.is_alive():
+                p.kill()
+                p.join(10)
+    assert lengths == sorted(lengths), "the length went backwards"
+    assert rb.write_count == 2000 and len(rb) == capacity
+    stored = rb[:]
+    check_whole(stored)
+    ids = stored["id"].tolist()
+    if capacity >= 2000:
+        assert sorted(ids) == list(range(2000))  # each row exactly once
+    else:
+        assert len(set(ids)) == capacity  # the ring wrapped: each row it holds, once
+    assert draws > 0
+
+
+@pytest.mark.heavy
+def test_samplers_here_follow_rows_written_elsewhere():
+    rb = allocated(
+        TensorDictReplayBuffer(
+            storage=LazyTensorStorage(100),
+            sampler=PrioritizedSampler(max_capacity=100, alpha=1.0, beta=1.0),
+            shared=True,
+            batch_size=10,
+            generator=0,
+        )
+    )
+    episodes = allocated(
+        ReplayBuffer(
+            storage=LazyTensorStorage(100),
+            sampler=SliceSampler(slice_len=7, end_key=("next", "done")),
+            shared=True,
+            batch_size=14,
+            generator=0,
+        )
+    )
+    run(
+        [
+            CTX.Process(target=collector, args=(rb, 0, 50, 10)),
+            CTX.Process(target=collector, args=(episodes, 0, 70, 10)),
+        ]
+    )
+    batch = rb.sample()
+    assert set(batch["index"].tolist()) <= set(range(50))
+    batch["td_error"] = torch.full((10,), 1000.0)
+    rb.update_tensordict_priority(batch)  # priorities of rows written in the other process
+    assert set(rb.sample()["index"].tolist()) <= set(batch["index"].tolist())
+    for part in episodes.sample()["id"].reshape(2, 7):
+        assert part.tolist() == list(range(int(part[0]), int(part[0]) + 7))
+
+
+def test_a_ring_without_rows_refuses_a_write_in_another_process():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), shared=True)
+    p = CTX.Process(target=collector, args=(rb, 0, 5, 5))
+    p.start()
+    p.join(DEADLINE_S)
+    if p.is_alive():
+        p.kill()
+    assert p.exitcode not in (0, None)  # the write raised there
+    assert len(rb) == 0
+    with pytest.raises(DataStructureError, match=r"extend it once there \(and empty\(\) it"):
+        rb.extend(rows(0, 1))  # and here too: another process got it without rows
+
+
+def test_an_unshared_ring_is_not_sent_to_a_new_process():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend(rows(0, 2))
+    p = CTX.Process(target=collector, args=(rb, 0, 5, 5))
+    with pytest.raises(RuntimeError, match=r"not shared between processes.*shared=True"):
+        p.start()
+    assert rb.share() is rb and rb.shared  # the fix the error names
+
+
+def test_what_cannot_be_shared_is_refused_naming_what_can():
+    with pytest.raises(TypeError, match="use a LazyTensorStorage or LazyMemmapStorage"):
+        ReplayBuffer(storage=ListStorage(10), shared=True)
+    with pytest.raises(TypeError, match="dedup_next"):
+        ReplayBuffer(storage=LazyTensorStorage(10, dedup_next=True), shared=True)
+    with pytest.raises(TypeError, match="shared must be True or False"):
+        ReplayBuffer(storage=LazyTensorStorage(10), shared=1)
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), shared=True)
+    with pytest.raises(TypeError, match="stays shared"):
+        rb.share(False)
+    assert ReplayBuffer(storage=LazyTensorStorage(10)).share(False).shared is False
+
+
+def test_an_ordinary_copy_of_a_shared_buffer_is_a_private_one():
+    rb = allocated(ReplayBuffer(storage=LazyTensorStorage(10), shared=True, generator=0))
+    rb.extend(rows(0, 4))
+    copy = pickle.loads(pickle.dumps(rb))
+    assert not copy.shared and len(copy) == 4 and copy.write_count == 4
+    copy.extend(rows(4, 2))
+    assert len(rb) == 4 and len(copy) == 6
+    check_whole(copy[:])

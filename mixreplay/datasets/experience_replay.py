@@ -46,7 +46,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from mixreplay._validate import check_bool, check_choice, describe
 from mixreplay.buffers.offline import OfflineDataset
-from mixreplay.buffers.replay import ReplayBuffer, Sampled
+from mixreplay.buffers.tensordict import TensorDictReplayBuffer
 from mixreplay.errors import ReadOnlyError
 from mixreplay.samplers import Sampler
 from mixreplay.storages.base import Storage
@@ -112,9 +112,10 @@ def split_trajectories(rows: TensorDictBase, episode_starts: torch.Tensor) -> Te
     return out
 
 
-class _DatasetExperienceReplay(ReplayBuffer):
-    """What TorchRL's two dataset classes share: a read-only buffer whose batches carry
-    TorchRL's sample info (``"index"``) as entries, over rows a mixreplay loader opened."""
+class _DatasetExperienceReplay(TensorDictReplayBuffer):
+    """What TorchRL's two dataset classes share: a read-only
+    :class:`~mixreplay.TensorDictReplayBuffer` (batches carry ``"index"``) over rows a
+    mixreplay loader opened."""
 
     def __init__(
         self,
@@ -178,20 +179,7 @@ class _DatasetExperienceReplay(ReplayBuffer):
         """First row of each episode of the dataset (int64, ascending)."""
         return self.dataset.episode_starts
 
-    def _sample_now(self, n: int, info: bool) -> Sampled:
-        # TorchRL's TensorDictReplayBuffer: the sample info becomes entries of the batch,
-        # after the transforms, expanded to the batch's dims
-        drawn = super()._sample_now(n, True)
-        batch, extra = drawn.batch, drawn.info
-        assert extra is not None
-        for key, value in extra.items(include_nested=True, leaves_only=True):
-            if value.ndim < batch.ndim:
-                value = value.reshape(*value.shape, *(1,) * (batch.ndim - value.ndim))
-                value = value.expand(*batch.batch_size, *value.shape[batch.ndim :])
-            batch.set(key, value)
-        return Sampled(batch, extra if info else None)
-
-    def extend(self, data: Any) -> torch.Tensor:
+    def extend(self, data: Any, *, update_priority: bool | None = None) -> torch.Tensor:
         raise ReadOnlyError(
             f"{type(self).__name__} is read-only (TorchRL's ImmutableDatasetWriter): to add "
             "rows, mix it with an online buffer (OfflineToOnlineReplayBuffer) or copy it into "

@@ -14,7 +14,8 @@ given (from ``sample``, ``rb[i]``, ``storage.get``):
 
 How data maps to rows (a :class:`Codec`) is fixed by a storage's first write and saved
 with its state; later writes must have the same structure. Non-tensor values (strings,
-``None``, Python objects) cannot be stored: rows are packed tensors.
+``None``, Python objects) cannot be stored in these rings: rows are packed tensors; a
+:class:`~mixreplay.ListStorage` keeps such items as they are.
 
 Examples:
     >>> import torch
@@ -301,7 +302,7 @@ def _leading_rows(leaves: list[Any], keys: tuple[str, ...]) -> int:
         if not isinstance(leaf, torch.Tensor):
             raise DataStructureError(
                 f"leaf {key} is {summarize(leaf)}, not a tensor: a storage packs tensors only "
-                "(for Python objects, TorchRL's ListStorage is the storage)"
+                "(for Python objects use storage=ListStorage(max_size), which keeps items as they are)"
             )
         if leaf.ndim == 0:
             raise DataStructureError(
@@ -382,7 +383,8 @@ def one_row(data: Any) -> Any:
     if not leaves or not all(isinstance(leaf, torch.Tensor) for leaf in leaves):
         bad = next((leaf for leaf in leaves if not isinstance(leaf, torch.Tensor)), None)
         raise DataStructureError(
-            f"add got {summarize(data)} holding {summarize(bad)}: a storage packs tensors only"
+            f"add got {summarize(data)} holding {summarize(bad)}: a storage of rows packs tensors "
+            "only (for Python objects use storage=ListStorage(max_size))"
         )
     return pytree.tree_unflatten([leaf.unsqueeze(0) for leaf in leaves], spec)
 

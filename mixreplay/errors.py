@@ -8,6 +8,7 @@ mixreplay::
     ├── SchemaMismatchError(ValueError)      keys, dtypes or shapes disagree
     ├── DataStructureError(TypeError, ValueError, RuntimeError)  data a storage cannot hold
     ├── EmptyBufferError(RuntimeError)       sampling with no rows anywhere
+    ├── MissingBatchSizeError(ValueError, RuntimeError)  sampling without a batch size
     ├── PriorityError(ValueError)            a priority update holds NaN, inf or a bad shape
     ├── ReadOnlyError(TypeError)             writing to offline (read-only) data
     ├── DatasetError(ValueError)             an ID or file cannot be resolved or read
@@ -34,6 +35,7 @@ __all__ = [
     "DatasetNotFoundError",
     "DatasetPrefixTakenError",
     "EmptyBufferError",
+    "MissingBatchSizeError",
     "MissingDependencyError",
     "MixreplayError",
     "PriorityError",
@@ -63,6 +65,14 @@ class DataStructureError(MixreplayError, TypeError, ValueError, RuntimeError):
 
 class EmptyBufferError(MixreplayError, RuntimeError):
     """A sample was requested from a buffer that holds no rows."""
+
+
+class MissingBatchSizeError(MixreplayError, ValueError, RuntimeError):
+    """A batch was asked for (``sample()``, iteration) with no batch size given or set.
+
+    A ``ValueError`` (mixreplay's rule for a missing value) and a ``RuntimeError``, which
+    TorchRL's buffers raise for it.
+    """
 
 
 class PriorityError(MixreplayError, ValueError):

@@ -172,8 +172,9 @@ class Schema(Mapping[tuple[str, ...], Field]):
             if not isinstance(value, torch.Tensor):
                 raise TypeError(
                     f"key {format_key(nk)} holds a {type(value).__name__}, not a tensor; "
-                    "mixreplay stores tensors only: drop the key (td.exclude(key)) "
-                    "or encode it as a tensor"
+                    "a storage of rows holds tensors only: drop the key (td.exclude(key)), "
+                    "encode it as a tensor, or keep whole TensorDicts in a "
+                    "ListStorage/LazyStackStorage"
                 )
             check_dense(nk, value)
             fields.append(Field(nk, value.shape[batch_dims:], value.dtype))

@@ -131,6 +131,10 @@ class Compose:
         self.version += 1
 
     def __call__(self, td: Any) -> Any:
+        return self.forward(td)
+
+    def forward(self, td: Any) -> Any:
+        """Run the transforms on ``td`` in order (what calling the Compose does, as TorchRL's)."""
         for t in self._items:
             out = t(td)
             if isinstance(td, TensorDictBase) and not isinstance(out, TensorDictBase):

@@ -464,9 +464,9 @@ def test_more_rows_than_held_without_replacement():
         rb,
         lambda rb: rb.sample(6),
         ValueError,
-        r"batch_size 6 is larger than the 5 rows held, so with drop_last=True no batch could be "
-        r"returned without repeating rows; ask for at most 5 rows, or use "
-        r"SamplerWithoutReplacement\(drop_last=False\)",
+        r"The batch size 6 is greater than the storage capacity 5 \(the rows held\): with "
+        r"drop_last=True no batch could be returned without repeating rows; ask for at most 5 "
+        r"rows, or use SamplerWithoutReplacement\(drop_last=False\)",
     )
     assert sorted(rb.sample(5)["next", "reward"].squeeze(-1).tolist()) == [0.0, 1.0, 2.0, 3.0, 4.0]
     # without drop_last, TorchRL's meaning: the epoch's rows, a short batch

@@ -22,7 +22,7 @@ from tensordict import TensorDictBase
 from mixreplay import checkpoint
 from mixreplay._state import Plan, generator_state, plan_generator
 from mixreplay._validate import check_int, describe
-from mixreplay.errors import CheckpointError
+from mixreplay.errors import CheckpointError, MissingBatchSizeError
 from mixreplay.prefetch import Prefetcher, check_pin_memory, check_prefetch, pin
 from mixreplay.transforms import Compose, Transform
 
@@ -200,9 +200,9 @@ class BufferBase(Generic[R]):
     def _resolve_batch_size(self, batch_size: int | None) -> int:
         if batch_size is None:
             if self._batch_size is None:
-                raise ValueError(
-                    "batch_size must be provided either in __init__ or sample(): pass "
-                    "sample(batch_size) or set batch_size= at construction"
+                raise MissingBatchSizeError(  # TorchRL's words first
+                    "batch_size not specified: batch_size must be provided either in __init__ "
+                    "or sample(): pass sample(batch_size) or set batch_size= at construction"
                 )
             return self._batch_size
         return check_batch_size(batch_size)

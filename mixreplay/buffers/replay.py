@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from multiprocessing.context import get_spawning_popen
@@ -17,7 +18,7 @@ from mixreplay._torchrl_args import UNSUPPORTED_METHODS, check_unsupported, unsu
 from mixreplay._validate import check_bool, check_callable, describe
 from mixreplay.buffers.base import BufferBase, check_batch_size, make_generator
 from mixreplay.buffers.writer import RingWriter
-from mixreplay.errors import CheckpointError, EmptyBufferError
+from mixreplay.errors import CheckpointError, EmptyBufferError, MissingBatchSizeError
 from mixreplay.layout import new_tensordict
 from mixreplay.samplers import RandomSampler, Sampler
 from mixreplay.storages.base import PackedStorage, Storage
@@ -102,6 +103,46 @@ def _eval(transform: Any) -> None:
         transform = transform.transform
     if isinstance(transform, torch.nn.Module):
         transform.eval()
+
+
+def _warn_batched_add(data: Any) -> None:
+    if data_types.is_collection(data) and data.batch_dims:
+        warnings.warn(  # TorchRL's words
+            f"Using `add()` with a TensorDict that has batch_size={data.batch_size}. Use "
+            "`extend()` to add multiple elements, or `add()` with a single element "
+            "(batch_size=torch.Size([])).",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _share_storage(storage: Storage) -> None:
+    """Share ``storage``'s rows between processes; a storage of items, whose items live in
+    one process, is refused when it is sent to another (TorchRL's behaviour), not here."""
+    if not storage.holds_items:
+        share_ring(storage)
+
+
+def _share_transform(transform: Any) -> None:
+    """TorchRL's rule for a transform of a shared buffer: its ``share_memory_()`` shares the
+    state it keeps across writes; one that needs shared state and lacks it is refused."""
+    if isinstance(transform, Inverted):
+        transform = transform.transform
+    parts = getattr(transform, "transforms", None)
+    if type(transform).__name__ == "Compose" and parts is not None:
+        for t in parts:
+            _share_transform(t)
+        return
+    share_memory = getattr(transform, "share_memory_", None)
+    if callable(share_memory):
+        share_memory()
+        return
+    if getattr(transform, "requires_shared_write_state", False):
+        raise RuntimeError(
+            f"{type(transform).__name__} keeps replay-buffer write state but does not implement "
+            "share_memory_(), so it cannot be shared with the buffer's other processes; write "
+            "from one process, or give the transform a share_memory_()"
+        )
 
 
 def _no_rows(data: Any) -> bool:
@@ -255,7 +296,7 @@ class ReplayBuffer(BufferBase[Sampled]):
         if not isinstance(storage, Storage):
             storage = adapt_storage(storage)
         if shared:
-            share_ring(storage)  # before anything holds its lock
+            _share_storage(storage)  # before anything holds its lock
         self._storage: Storage = storage
         if sampler is None:
             sampler = RandomSampler()
@@ -277,14 +318,19 @@ class ReplayBuffer(BufferBase[Sampled]):
                     "LazyTensorStorage"
                 )
         self._init_buffer(batch_size, generator, transform, prefetch, pin_memory, batch_device)
+        self._shared = shared
         for t in self._transform:
             _eval(t)
+            if shared:
+                _share_transform(t)
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         if get_spawning_popen() is not None:  # to a new process (a shared buffer's collector)
             state["_generator"] = _SentGenerator(self._generator)
             state["_device_generators"] = {}  # a shared buffer's rows are on the host
+        else:  # an ordinary copy (pickle, deepcopy) is a private buffer, its storage too
+            state["_shared"] = False
         return state
 
     # -- prefetching (mixreplay.prefetch) --------------------------------------------------
@@ -341,19 +387,24 @@ class ReplayBuffer(BufferBase[Sampled]):
 
     @property
     def shared(self) -> bool:
-        """Whether the rows are shared between processes (TorchRL's ``shared``; see
+        """Whether the buffer is shared between processes (TorchRL's ``shared``; see
         :mod:`mixreplay.storages.shared`)."""
-        return is_shared(self._storage)
+        return self.__dict__.get("_shared", False) or is_shared(self._storage)
 
     def share(self, shared: bool = True) -> ReplayBuffer:
         """Share the rows with other processes (TorchRL's ``share``); returns the buffer.
 
         The storage becomes shared in place (see :mod:`mixreplay.storages.shared`): call
-        it before another process gets the buffer. A shared buffer stays shared:
-        ``share(False)`` on it raises ``TypeError``.
+        it before another process gets the buffer. Transforms that keep write state
+        (TorchRL's ``requires_shared_write_state``) are shared with their
+        ``share_memory_()``, as TorchRL does, or refused (``RuntimeError``) without one.
+        A shared buffer stays shared: ``share(False)`` on it raises ``TypeError``.
         """
         if check_bool(shared, "shared"):
-            share_ring(self._storage)
+            for t in self._transform:
+                _share_transform(t)
+            _share_storage(self._storage)
+            self._shared = True
         elif self.shared:
             raise TypeError(
                 "share(False): a buffer shared between processes stays shared (other "
@@ -436,7 +487,12 @@ class ReplayBuffer(BufferBase[Sampled]):
         return self._write(data)
 
     def add(self, data: Any) -> Any:
-        """Write one row (a TensorDict ``[]``, a tensor, a pytree, a tensorclass); return its slot."""
+        """Write one row (a TensorDict ``[]``, a tensor, a pytree, a tensorclass); return its slot.
+
+        A TensorDict (or tensorclass) with a batch dimension is written as one row holding
+        that batch, with a ``UserWarning`` (TorchRL's): ``extend`` writes one row each.
+        """
+        _warn_batched_add(data)
         if self._transform.writes:
             # as TorchRL: a tensor collection goes through the write sides as a batch of one
             collection = data_types.is_collection(data)
@@ -608,9 +664,10 @@ class ReplayBuffer(BufferBase[Sampled]):
     def __iter__(self):
         """Sampled batches of ``batch_size``: endless, or one epoch for a sampler that has them."""
         if self._batch_size is None:
-            raise ValueError(
-                "cannot iterate over a buffer without a batch_size: iterating yields sampled "
-                "batches, so set batch_size= at construction (or call sample(n) in a loop)"
+            raise MissingBatchSizeError(  # TorchRL's words first
+                "Cannot iterate over the replay buffer. Batch_size was not specified: "
+                "iterating yields sampled batches, so set batch_size= at construction (or call "
+                "sample(n) in a loop)"
             )
         while True:
             drawn, ran_out = self._draw(None, False)
@@ -649,6 +706,8 @@ class ReplayBuffer(BufferBase[Sampled]):
         Returns the buffer, as TorchRL's does.
         """
         _eval(transform)
+        if self.shared:
+            _share_transform(transform)
         super().append_transform(Inverted(transform) if check_bool(invert, "invert") else transform)
         return self
 
@@ -657,6 +716,8 @@ class ReplayBuffer(BufferBase[Sampled]):
     ) -> ReplayBuffer:
         """Insert ``transform`` at position ``index`` (see :meth:`append_transform`)."""
         _eval(transform)
+        if self.shared:
+            _share_transform(transform)
         super().insert_transform(
             index, Inverted(transform) if check_bool(invert, "invert") else transform
         )

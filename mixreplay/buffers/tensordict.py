@@ -20,7 +20,6 @@ after each loss: they update the priorities of these buffers as they do TorchRL'
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
@@ -34,11 +33,19 @@ from mixreplay.errors import DataStructureError, PriorityError
 from mixreplay.schema import NestedKey, normalize_key
 from mixreplay.storages.items import ListStorage
 
-__all__ = ["INFO_ONLY", "TensorDictReplayBuffer", "check_priority_key", "reduce_priority"]
+__all__ = [
+    "BOOKKEEPING",
+    "INFO_ONLY",
+    "TensorDictReplayBuffer",
+    "check_priority_key",
+    "reduce_priority",
+]
 
 #: what a sampler's info holds that TorchRL's does not: kept out of the batch (the info of
 #: ``sample(return_info=True)`` still has it)
 INFO_ONLY = frozenset({"weight"})
+#: the entries this buffer sets into TensorDicts (by ``extend`` and ``sample``)
+BOOKKEEPING = ("index", "priority_weight")
 
 _MISSING: Any = object()
 
@@ -144,16 +151,9 @@ class TensorDictReplayBuffer(ReplayBuffer):
             batch_size: rows to draw (the buffer's ``batch_size`` if ``None``).
             return_info: also return the info (``(batch, info)``), as
                 :meth:`ReplayBuffer.sample <mixreplay.ReplayBuffer.sample>`.
-            include_info: TorchRL's deprecated switch (a warning, as in TorchRL);
-                ``False`` leaves the entries out of the batch.
+            include_info: TorchRL's deprecated switch: ``False`` leaves the entries out
+                of the batch.
         """
-        if include_info is not None:
-            warnings.warn(
-                "include_info is going to be deprecated soon. The default behavior has changed "
-                "to `include_info=True` to avoid bugs linked to wrongly preassigned values in "
-                "the output tensordict.",
-                stacklevel=2,
-            )
         batch, info = super().sample(batch_size, return_info=True)
         if include_info is False and isinstance(batch, TensorDictBase):
             batch = batch.exclude(*(k for k in info.keys(True, True) if k not in INFO_ONLY))
@@ -188,7 +188,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
             priority = data.get(self.priority_key, None) if self._sampler.prioritized else None
             if priority is not None:
                 _check_values(priority, data.shape[0] if data.batch_dims else 1)
-        index = self._write(data)
+        index = self._write(self._without_bookkeeping(data))
         _set_index(data, index)
         if priority is not None:
             self.update_priority(index, priority)
@@ -207,12 +207,26 @@ class TensorDictReplayBuffer(ReplayBuffer):
                 priority = torch.as_tensor(priority)
                 priority = reduce_priority(priority, self._sampler.reduction)
                 _check_values(priority, 1)
-        index = int(self._write(self._one(data))[0])
+        row = self._without_bookkeeping(data) if isinstance(data, TensorDictBase) else data
+        index = int(self._write(self._one(row))[0])
         if isinstance(data, TensorDictBase):
             data.set("index", torch.tensor(index, device=data.device))
         if priority is not None:
             self.update_priority(torch.tensor([index]), priority.reshape(1))
         return index
+
+    def _without_bookkeeping(self, data: TensorDictBase) -> TensorDictBase:
+        """``data`` without the entries this buffer sets (``"index"``, ``"priority_weight"``)
+        that the stored rows lack: a TensorDict extended twice, or a sampled batch written back,
+        carries them, and TorchRL's storage then quietly takes the key in (mixreplay's rows keep
+        the keys of their first write)."""
+        storage = self._storage
+        schema = None if storage.holds_items else storage.schema
+        if schema is None:
+            return data
+        held = {f.key for f in schema.fields}
+        extra = [k for k in BOOKKEEPING if k in data.keys() and (k,) not in held]
+        return data.exclude(*extra) if extra else data
 
     # -- priorities -------------------------------------------------------------------------
 

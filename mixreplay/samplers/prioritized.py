@@ -359,6 +359,12 @@ class PrioritizedSampler(Sampler):
         self._beta = check_real(value, "PrioritizedSampler beta", min=0.0)
 
     @property
+    def device(self) -> torch.device | None:
+        """Where the tree lives (TorchRL's ``device``): the storage's device once attached,
+        the ``device=`` given before (``None``: not known yet)."""
+        return self._tree.device if self._tree is not None else self._device_arg
+
+    @property
     def reduction(self) -> str:
         """How a :class:`~mixreplay.TensorDictReplayBuffer` reduces a row's priority entry
         holding several values to one (TorchRL's ``reduction``: ``"max"`` by default)."""

@@ -322,6 +322,19 @@ class SliceSampler(Sampler):
             return _show(used[1][0])
         return _show(self.episode_key)
 
+    @property
+    def _fetch_traj(self) -> bool:
+        """TorchRL's flag: whether episodes are found by an id key (else by end flags)."""
+        used = self._used
+        if used is not None:
+            return used[0] == "ids"
+        return self.episode_key is not None
+
+    @property
+    def _traj_key_auto(self) -> bool:
+        """TorchRL's flag: whether the id key is still to be found in the rows."""
+        return self._used is None and self.episode_key is None
+
     #: the positions of the last whole-slice draw, kept for the next draw of that shape (a
     #: class default, so samplers pickled before it load); only ever read
     _fixed_kept: _Draw | None = None
@@ -440,6 +453,15 @@ class SliceSampler(Sampler):
             f"steps); collect more steps, lower {'slice_len' if self.slice_len else 'the batch'}, "
             "or pass strict_length=False"
         )
+
+    def attach(self, storage: Storage) -> None:
+        """Refuse a storage of items: episodes are found in columns of rows."""
+        if storage.holds_items:
+            raise DataStructureError(  # TorchRL's words first (also a RuntimeError, as its)
+                "Could not get a tensordict out of the storage, which is required for "
+                f"SliceSampler to compute the trajectories: {type(storage).__name__} holds items, "
+                "not rows; store the rows in a LazyTensorStorage or LazyMemmapStorage"
+            )
 
     # -- the per-slot index ----------------------------------------------------------------
 

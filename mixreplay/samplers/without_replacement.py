@@ -75,6 +75,12 @@ class SamplerWithoutReplacement(Sampler):
     def config(self) -> dict[str, Any]:
         return {"drop_last": self.drop_last, "shuffle": self.shuffle}
 
+    @property
+    def _sample_list(self) -> torch.Tensor | None:
+        """TorchRL's name: the rows of the current epoch not handed out yet (``None`` before
+        the first draw). A view: read it, never write it."""
+        return None if self._order is None else self._order[self._pos :]
+
     def _new_epoch(self, storage: Storage, generator: torch.Generator) -> None:
         size = len(storage)
         if self.shuffle:
@@ -88,10 +94,11 @@ class SamplerWithoutReplacement(Sampler):
         if size == 0:
             raise EmptyBufferError("cannot sample: the source holds no rows; extend it first")
         if self.drop_last and n > size:  # checked before drawing: a refused batch changes nothing
-            raise ValueError(
-                f"batch_size {n} is larger than the {size} rows held, so with drop_last=True no "
-                "batch could be returned without repeating rows; ask for at most "
-                f"{size} rows, or use SamplerWithoutReplacement(drop_last=False)"
+            raise ValueError(  # TorchRL's words first
+                f"The batch size {n} is greater than the storage capacity {size} (the rows "
+                "held): with "
+                "drop_last=True no batch could be returned without repeating rows; ask for at "
+                f"most {size} rows, or use SamplerWithoutReplacement(drop_last=False)"
             )
         if self._generation is None:  # just restored with its storage: the order fits the rows
             self._generation = storage.generation

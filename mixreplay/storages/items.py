@@ -102,10 +102,10 @@ def _is_json(value: Any) -> bool:
     return False
 
 
-def _encode_item(item: Any, slot: int, copy: bool) -> dict[str, Any]:
+def _encode_item(item: Any, slot: int, copy: bool) -> Any:
     """One item as tensors and JSON values (what a checkpoint holds: nothing is pickled)."""
-    if isinstance(item, torch.Tensor):
-        return {"tensor": item.detach().clone() if copy else item.detach()}
+    if isinstance(item, torch.Tensor):  # bare, as TorchRL's ListStorage state holds it
+        return item.detach().clone() if copy else item.detach()
     if isinstance(item, TensorDictBase) and not isinstance(item, LazyStackedTensorDict):
         keys, values = [], []
         for key, value in item.items(include_nested=True, leaves_only=True):
@@ -133,12 +133,10 @@ def _decode_item(saved: Any, slot: int) -> Any:
             f"ListStorage state: the item in slot {slot} {what}; the state is corrupt"
         )
 
+    if isinstance(saved, torch.Tensor):
+        return saved.clone()  # the checkpoint's (or the caller's) tensor stays theirs
     if not isinstance(saved, dict) or len(saved) not in (1, 2):
         raise bad(f"is {describe(saved)}, not an encoded item")
-    if "tensor" in saved:
-        if not isinstance(saved["tensor"], torch.Tensor):
-            raise bad("is not a tensor")
-        return saved["tensor"].clone()
     if "value" in saved:
         if not _is_json(saved["value"]):
             raise bad("is not a JSON value")
@@ -465,7 +463,8 @@ class ListStorage(Storage):
                 "cursor": self._cursor,
                 "len": len(self._items),
                 "write_count": self._write_count,
-                "items": [_encode_item(item, i, copy) for i, item in enumerate(self._items)],
+                # TorchRL's key: the items in slot order (tensors bare, TensorDicts as dicts)
+                "_storage": [_encode_item(item, i, copy) for i, item in enumerate(self._items)],
             }
 
     def plan_load_state_dict(self, state: Any) -> Callable[[], None]:
@@ -482,7 +481,7 @@ class ListStorage(Storage):
         n = state_int(state.get("len"), "storage len")
         cursor = state_int(state.get("cursor"), "storage cursor")
         count = state_int(state.get("write_count"), "storage write_count")
-        saved = state.get("items")
+        saved = state.get("_storage")
         if (
             not isinstance(saved, list)
             or len(saved) != n

@@ -86,7 +86,7 @@ def test_iter_is_endless_with_replacement_and_needs_a_batch_size():
     twin = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=3, generator=0)
     twin.extend(rows(10))
     assert [b["x"].tolist() for b in batches] == [twin.sample()["x"].tolist() for _ in range(50)]
-    with pytest.raises(ValueError, match="cannot iterate over a buffer without a batch_size"):
+    with pytest.raises(ValueError, match="Batch_size was not specified: iterating yields"):
         iter(ReplayBuffer(storage=LazyTensorStorage(10))).__next__()
 
 
@@ -139,7 +139,7 @@ def test_sampler_without_replacement_drop_last_refuses_a_batch_larger_than_the_r
     )
     rb.extend(rows(3))
     before = rb.generator.get_state()
-    with pytest.raises(ValueError, match="batch_size 4 is larger than the 3 rows held"):
+    with pytest.raises(ValueError, match="The batch size 4 is greater than the storage capacity 3"):
         rb.sample(4)
     assert torch.equal(before, rb.generator.get_state())
     with pytest.raises(TypeError, match="drop_last must be a bool"):

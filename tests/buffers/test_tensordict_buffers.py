@@ -97,12 +97,11 @@ def test_prefetched_and_iterated_batches_carry_their_slots(how):
     assert batch["index"].tolist() == batch["id"].tolist()
 
 
-def test_include_info_false_leaves_the_entries_out_with_torchrls_warning():
+def test_include_info_false_leaves_the_entries_out():
     rb = prioritized(batch_size=3)
     rb.extend(rows(10))
-    with pytest.warns(UserWarning, match="include_info is going to be deprecated"):
-        batch = rb.sample(include_info=False)
-    assert sorted(batch.keys()) == ["id", "x"]
+    assert sorted(rb.sample(include_info=False).keys()) == ["id", "x"]
+    assert sorted(rb.sample(include_info=True).keys()) == ["id", "index", "priority_weight", "x"]
 
 
 # -- extend: "index" into the data, priorities from it -----------------------------------------

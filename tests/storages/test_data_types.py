@@ -140,7 +140,8 @@ def test_add_takes_one_row_of_any_type(make):
     assert rb.add({"x": torch.ones(3), "y": (torch.zeros(()),)}) == 1
     assert_same_tree(rb[1], {"x": torch.ones(3), "y": (torch.zeros(()),)})
     rb_td = ReplayBuffer(storage=make())
-    rb_td.add(TensorDict({"a": torch.zeros(2)}, [2]))  # a row of batch [2]
+    with pytest.warns(UserWarning, match=r"Use `extend\(\)` to add multiple elements"):
+        rb_td.add(TensorDict({"a": torch.zeros(2)}, [2]))  # a row of batch [2], TorchRL's warning
     assert rb_td[:].batch_size == (1, 2)
 
 

@@ -118,18 +118,9 @@ def test_epochs_over_items():
     assert sorted(seen) == list(range(10))
 
 
-def test_a_slice_sampler_over_tensordict_items():
-    data = TensorDict({"episode": torch.arange(12) // 4, "obs": torch.arange(12)}, [12])
-    rb = ReplayBuffer(
-        storage=ListStorage(12),
-        sampler=SliceSampler(slice_len=4, traj_key="episode"),
-        batch_size=8,
-        generator=0,
-    )
-    rb.extend(data)
-    batch = rb.sample()
-    for part in batch["obs"].reshape(2, 4):
-        assert part.tolist() == list(range(int(part[0]), int(part[0]) + 4))
+def test_a_slice_sampler_refuses_items_as_torchrls_does():
+    with pytest.raises(DataStructureError, match="Could not get a tensordict out of the storage"):
+        ReplayBuffer(storage=ListStorage(12), sampler=SliceSampler(slice_len=4))
 
 
 def test_lazy_stack_storage_keeps_ragged_items():
@@ -153,8 +144,9 @@ def test_state_round_trips_tensors_tensordicts_and_json(tmp_path):
 
     rb = make()
     rb.extend(["a", None, 3, 2.5, [1, {"k": "v"}], torch.arange(3)])
-    rb.add(TensorDict({"x": torch.ones(2), ("n", "y"): torch.zeros(2, 1)}, [2]))
-    rb.add(LazyStackedTensorDict(TensorDict(a=torch.zeros(2)), TensorDict(a=torch.zeros(3))))
+    with pytest.warns(UserWarning, match=r"Using `add\(\)` with a TensorDict that has batch_size"):
+        rb.add(TensorDict({"x": torch.ones(2), ("n", "y"): torch.zeros(2, 1)}, [2]))
+        rb.add(LazyStackedTensorDict(TensorDict(a=torch.zeros(2)), TensorDict(a=torch.zeros(3))))
     rb.dumps(tmp_path / "ckpt")
     twin = make()
     twin.loads(tmp_path / "ckpt")

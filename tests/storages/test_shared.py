@@ -147,6 +147,7 @@ def test_samplers_here_follow_rows_written_elsewhere():
             sampler=SliceSampler(slice_len=7, end_key=("next", "done")),
             shared=True,
             batch_size=14,
+            prefetch=2,  # (TorchRL refuses prefetching with shared=True; mixreplay draws ahead)
             generator=0,
         )
     )
@@ -163,6 +164,7 @@ def test_samplers_here_follow_rows_written_elsewhere():
     assert set(rb.sample()["index"].tolist()) <= set(batch["index"].tolist())
     for part in episodes.sample()["id"].reshape(2, 7):
         assert part.tolist() == list(range(int(part[0]), int(part[0]) + 7))
+    episodes.close()
 
 
 def test_a_ring_without_rows_refuses_a_write_in_another_process():
@@ -187,9 +189,16 @@ def test_an_unshared_ring_is_not_sent_to_a_new_process():
     assert rb.share() is rb and rb.shared  # the fix the error names
 
 
+@pytest.mark.torchrl
 def test_what_cannot_be_shared_is_refused_naming_what_can():
+    from torchrl.data import LazyTensorStorage as TorchRLStorage
+
     with pytest.raises(TypeError, match="use a LazyTensorStorage or LazyMemmapStorage"):
-        ReplayBuffer(storage=ListStorage(10), shared=True)
+        ReplayBuffer(storage=TorchRLStorage(10), shared=True)
+    items = ReplayBuffer(storage=ListStorage(10), shared=True)  # as TorchRL: refused when sent
+    assert items.shared
+    with pytest.raises(RuntimeError, match="Cannot share a storage of type ListStorage"):
+        CTX.Process(target=collector, args=(items, 0, 1, 1)).start()
     with pytest.raises(TypeError, match="dedup_next"):
         ReplayBuffer(storage=LazyTensorStorage(10, dedup_next=True), shared=True)
     with pytest.raises(TypeError, match="shared must be True or False"):
@@ -198,6 +207,40 @@ def test_what_cannot_be_shared_is_refused_naming_what_can():
     with pytest.raises(TypeError, match="stays shared"):
         rb.share(False)
     assert ReplayBuffer(storage=LazyTensorStorage(10)).share(False).shared is False
+
+
+def test_transforms_that_keep_write_state_are_shared_or_refused():
+    class Counts:  # a write-side transform keeping state across writes
+        requires_shared_write_state = True
+
+        def __init__(self):
+            self.seen = torch.zeros(1)
+
+        def share_memory_(self):
+            self.seen.share_memory_()
+            return self
+
+        def __call__(self, td):
+            return td
+
+    class Unshareable:
+        requires_shared_write_state = True
+
+        def __call__(self, td):
+            return td
+
+    counts = Counts()
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), transform=counts)
+    assert not counts.seen.is_shared()
+    rb.share()
+    assert counts.seen.is_shared()
+    later = Counts()
+    rb.append_transform(later)
+    assert later.seen.is_shared()
+    with pytest.raises(RuntimeError, match="keeps replay-buffer write state"):
+        rb.insert_transform(0, Unshareable())
+    with pytest.raises(RuntimeError, match="keeps replay-buffer write state"):
+        ReplayBuffer(storage=LazyTensorStorage(10), transform=Unshareable(), shared=True)
 
 
 def test_an_ordinary_copy_of_a_shared_buffer_is_a_private_one():

@@ -9,6 +9,8 @@ a row of "Differences from TorchRL".
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 from _target import ON_MIXREPLAY
 
@@ -23,16 +25,11 @@ LEFT_OUT_WRITER = _left_out(
     "writers other than TorchRL's default RoundRobinWriter (TensorDictMaxValueWriter, "
     "ImmutableDatasetWriter) and the writer objects' own API"
 )
-LEFT_OUT_BUFFER = _left_out(
-    "a TorchRL buffer class mixreplay does not export (TensorDictReplayBuffer, "
-    "PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer)"
-)
 LEFT_OUT_REMOTE = _left_out(
     "Ray/remote/service and multiprocess-shared buffers (mixreplay.distributed instead)"
 )
-LEFT_OUT_STORAGE = _left_out(
-    "a TorchRL storage mixreplay does not export (ListStorage, LazyStackStorage, "
-    "CompressedListStorage, StoreStorage)"
+LEFT_OUT_OTHER_STORAGE = _left_out(
+    "a TorchRL storage mixreplay does not export (CompressedListStorage, StoreStorage)"
 )
 LEFT_OUT_SAMPLE_UNIT = _left_out(
     "sample units (sample_unit=, Sequence): refused by name, runs of steps are SliceSampler"
@@ -47,6 +44,10 @@ LEFT_OUT_IN_PLACE = _left_out(
 LEFT_OUT_SHARE = _left_out("share()/shared=True: refused by name (mixreplay.distributed)")
 LEFT_OUT_HOOKS = _left_out("save/load hooks: refused by name")
 LEFT_OUT_CUDA = _left_out("needs CUDA")
+NEEDS_TORCHVISION = pytest.mark.skipif(
+    importlib.util.find_spec("torchvision") is None,
+    reason="needs torchvision (TorchRL's Resize transform), which has no build for this torch",
+)
 LEFT_OUT_TRANSFORM_ONLY = _left_out(
     "tests a TorchRL transform on its own: no replay buffer, no mixreplay name"
 )
@@ -94,10 +95,30 @@ DIFF_INTERNALS = _differs(
 )
 DIFF_STATE_LAYOUT = _differs(
     "rb.state_dict() is mixreplay's own layout ('storage', 'sampler', 'generator'), "
-    "not TorchRL's ('_storage', '_rng', ...)",
-    AssertionError,
+    "not TorchRL's ('_storage', '_rng', '_batch_size', ...)",
+    (AssertionError, KeyError),
 )
 DIFF_DELAYED_INIT = _differs("delayed_init=True is refused (TypeError)", TypeError)
+DIFF_IMPLICIT_DELAYED_INIT = _differs(
+    "delayed_init: TorchRL builds a buffer given transform_factory= on first use "
+    "(rb.initialized is False until then); mixreplay builds every buffer at once",
+    AssertionError,
+)
+DIFF_PRIVATE_PREFETCH = _differs(
+    "TorchRL's private attributes: its prefetch internals (rb._prefetch_queue of futures, "
+    "rb._futures_lock) do not exist; mixreplay's prefetch queue is its own (mixreplay.prefetch)",
+    (AttributeError, AssertionError),
+)
+DIFF_DROP_LAST_WITHOUT_BATCH_SIZE = _differs(
+    "SamplerWithoutReplacement(drop_last=True) in a buffer without batch_size is accepted "
+    "(each sample(n) drops its own short chunk); TorchRL refuses it (ValueError)",
+    _FAILED,
+)
+DIFF_MAX_CAPACITY = _differs(
+    "PrioritizedSampler(max_capacity=N) attached to a storage of another max_size is refused "
+    "(ValueError); TorchRL sizes its trees by max_capacity whatever the storage",
+    ValueError,
+)
 DIFF_COMPILABLE = _differs(
     "compilable=True is refused (TypeError): mixreplay's buffers and storages run eagerly",
     TypeError,
@@ -138,6 +159,17 @@ DIFF_DUMPS_INTO_SCRATCH = _differs(
 DIFF_NDIM_EXAMPLE = _differs(
     "storages with ndim=2 (and dim_extend=1) are refused (ValueError)", AssertionError
 )
+BROKEN_EXAMPLE_UNDEFINED = pytest.mark.skip(
+    reason="left out of the port: TorchRL's example does not run on TorchRL either (it saves a "
+    "buffer `rb` it never builds: NameError)"
+)
+REFERENCE_EXAMPLE_FAILS = pytest.mark.xfail(
+    reason="TorchRL's example fails on TorchRL too: it samples ints from a ListStorage with the "
+    "default collate_fn, whose torch.stack raises TypeError; mixreplay raises a TypeError "
+    "(DataStructureError) there as well, naming collate_fn=list",
+    raises=AssertionError,  # a doctest: its failures are reported as one AssertionError
+    strict=True,
+)
 BROKEN_EXAMPLE = pytest.mark.skip(
     reason="left out of the port: TorchRL's example does not run on TorchRL either (a '>>>' "
     "line continues a def where doctest needs '...')"
@@ -151,6 +183,13 @@ REFERENCE_COMPILE_FAILS = pytest.mark.xfail(
     "torch.jit.script_method (warnings are errors in this suite)",
     raises=(DeprecationWarning, RuntimeError),
     strict=True,
+)
+REFERENCE_PREFETCH_RESTORE = pytest.mark.xfail(
+    not ON_MIXREPLAY,
+    reason="on TorchRL here a TensorDictReplayBuffer restored from a prefetching buffer's "
+    "state_dict draws other batches than the saved one (seen here; not strict)",
+    raises=AssertionError,
+    strict=False,
 )
 REFERENCE_SUBPROCESS_SLOW = pytest.mark.xfail(
     not ON_MIXREPLAY,
@@ -166,6 +205,10 @@ UNCLOSED_PIPES = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExce
 # -- marks of single parametrized items (conftest.py applies them by node id) ---------------
 
 ITEM_MARKS = [
+    (
+        r"test_rb_core.py::test_replay_buffer_prefetch_autograd_roundtrip\[True-state_dict\]",
+        REFERENCE_PREFETCH_RESTORE,
+    ),
     # tensorclass with a str field
     (r"test_storages.py::TestStorages::test_storage_dumps_loads\[.*-tc-.*\]", DIFF_NON_TENSOR),
     (
@@ -177,34 +220,41 @@ ITEM_MARKS = [
 
 __all__ = [
     "BROKEN_EXAMPLE",
+    "BROKEN_EXAMPLE_UNDEFINED",
     "DIFF_COMPILABLE",
     "DIFF_DELAYED_INIT",
+    "DIFF_DROP_LAST_WITHOUT_BATCH_SIZE",
     "DIFF_DOCTEST_STORAGE_REPR",
     "DIFF_DUMPS_INTO_SCRATCH",
+    "DIFF_IMPLICIT_DELAYED_INIT",
     "DIFF_INTERNALS",
     "DIFF_LOADS_UNINIT",
+    "DIFF_MAX_CAPACITY",
     "DIFF_NDIM",
     "DIFF_NDIM_EXAMPLE",
     "DIFF_NON_TENSOR",
     "DIFF_PRIVATE",
+    "DIFF_PRIVATE_PREFETCH",
     "DIFF_PYTREE_STATE",
     "DIFF_RAGGED",
     "DIFF_SCRATCH_SHARED",
     "DIFF_STATE_LAYOUT",
     "ITEM_MARKS",
-    "LEFT_OUT_BUFFER",
     "LEFT_OUT_CONSUME",
     "LEFT_OUT_CUDA",
     "LEFT_OUT_HOOKS",
     "LEFT_OUT_IN_PLACE",
+    "LEFT_OUT_OTHER_STORAGE",
     "LEFT_OUT_REMOTE",
     "LEFT_OUT_SAMPLE_UNIT",
     "LEFT_OUT_SHARE",
-    "LEFT_OUT_STORAGE",
     "LEFT_OUT_TRANSFORM_ONLY",
     "LEFT_OUT_WRITER",
+    "NEEDS_TORCHVISION",
     "NO_TORCHRL_PRIORITIZED",
     "REFERENCE_COMPILE_FAILS",
+    "REFERENCE_EXAMPLE_FAILS",
+    "REFERENCE_PREFETCH_RESTORE",
     "REFERENCE_SUBPROCESS_SLOW",
     "UNCLOSED_PIPES",
 ]

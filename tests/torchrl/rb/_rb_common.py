@@ -49,7 +49,7 @@ from packaging.version import parse
 
 from torchrl.data import ReplayBuffer, TensorDictReplayBuffer
 
-from _target import ReplayBuffer  # the name under test, rebound to the target's
+from _target import ReplayBuffer, TensorDictReplayBuffer  # the names under test, rebound to the target's
 
 OLD_TORCH = parse(torch.__version__) < parse("2.0.0")
 _has_tv = importlib.util.find_spec("torchvision") is not None

@@ -17,11 +17,6 @@ def _left_out(why: str) -> pytest.MarkDecorator:
     return pytest.mark.skip(reason=f"left out of the port: {why}")
 
 
-LEFT_OUT_STORAGE = _left_out("a TorchRL storage mixreplay does not export (ListStorage)")
-LEFT_OUT_BUFFER = _left_out(
-    "a TorchRL buffer class mixreplay does not export (TensorDictReplayBuffer, "
-    "TensorDictPrioritizedReplayBuffer)"
-)
 LEFT_OUT_SAMPLER = _left_out(
     "a TorchRL sampler mixreplay does not export (PrioritizedSliceSampler, "
     "SliceSamplerWithoutReplacement, StalenessAwareSampler, PromptGroupSampler)"
@@ -104,4 +99,14 @@ DIFF_MAX_CAPACITY = _differs(
 DIFF_PRIVATE_TREES = _differs(
     "TorchRL's private sampler attributes (_sum_tree, _min_tree, _max_capacity) do not exist",
     (TypeError, AttributeError),  # rb.extend(tensor) until dropin, then the private trees
+)
+DIFF_PARAMETER_SCHEDULER = _differs(
+    "TorchRL's ParameterSchedulers (LinearScheduler(rb, 'alpha', ...)) refuse a buffer that is "
+    "not TorchRL's (TypeError): set sampler.alpha / sampler.beta in the loop",
+    TypeError,
+)
+DIFF_SAMPLER_PRIVATE = _differs(
+    "TorchRL's private attributes (storage._is_full, _last_cursor_index, TorchRL's "
+    "_ReplayBoundaryIndex over a storage) do not exist",
+    AttributeError,
 )

@@ -22,24 +22,34 @@ TARGET_MODULE = "mixreplay" if ON_MIXREPLAY else "torchrl.data"
 if ON_MIXREPLAY:
     from mixreplay import (
         LazyMemmapStorage,
+        LazyStackStorage,
         LazyTensorStorage,
+        ListStorage,
+        PrioritizedReplayBuffer,
         PrioritizedSampler,
         RandomSampler,
         ReplayBuffer,
         Sampler,
         SamplerWithoutReplacement,
         SliceSampler,
+        TensorDictPrioritizedReplayBuffer,
+        TensorDictReplayBuffer,
         TensorStorage,
     )
 else:
     from torchrl.data import (
         LazyMemmapStorage,
+        LazyStackStorage,
         LazyTensorStorage,
+        ListStorage,
+        PrioritizedReplayBuffer,
         PrioritizedSampler,
         RandomSampler,
         ReplayBuffer,
         SamplerWithoutReplacement,
         SliceSampler,
+        TensorDictPrioritizedReplayBuffer,
+        TensorDictReplayBuffer,
         TensorStorage,
     )
     from torchrl.data.replay_buffers.samplers import Sampler
@@ -69,8 +79,11 @@ samplers = _module(
 
 __all__ = [
     "LazyMemmapStorage",
+    "LazyStackStorage",
     "LazyTensorStorage",
+    "ListStorage",
     "ON_MIXREPLAY",
+    "PrioritizedReplayBuffer",
     "PrioritizedSampler",
     "RandomSampler",
     "ReplayBuffer",
@@ -79,6 +92,8 @@ __all__ = [
     "SliceSampler",
     "TARGET",
     "TARGET_MODULE",
+    "TensorDictPrioritizedReplayBuffer",
+    "TensorDictReplayBuffer",
     "TensorStorage",
     "samplers",
 ]

@@ -163,7 +163,7 @@ print("length after adding elements:", len(buffer))
 
 
 from torchrl.data import LazyMemmapStorage, LazyTensorStorage, ListStorage
-from _target import LazyMemmapStorage, LazyTensorStorage  # the name(s) under test
+from _target import LazyMemmapStorage, LazyTensorStorage, ListStorage  # the name(s) under test
 
 # We define the maximum size of the buffer
 size = 100
@@ -263,6 +263,7 @@ with tempfile.TemporaryDirectory() as tempdir:
 
 
 from torchrl.data import TensorDictReplayBuffer
+from _target import TensorDictReplayBuffer  # the name(s) under test
 
 with tempfile.TemporaryDirectory() as tempdir:
     buffer_lazymemmap = TensorDictReplayBuffer(

@@ -81,9 +81,12 @@ from torchrl.testing import capture_log_records
 from _target import (
     LazyMemmapStorage,
     LazyTensorStorage,
+    ListStorage,
     RandomSampler,
     ReplayBuffer,
     samplers,
+    TARGET_MODULE,
+    TensorDictReplayBuffer,
     TensorStorage,
 )
 from _marks import *  # what is left out, and mixreplay's strict xfails
@@ -103,10 +106,10 @@ from _marks import *  # what is left out, and mixreplay's strict xfails
 @pytest.mark.parametrize(
     "rb_type,storage,datatype",
     [
-        pytest.param(ReplayBuffer, ListStorage, None, marks=LEFT_OUT_STORAGE),
-        pytest.param(ReplayBufferRNG, ListStorage, None, marks=LEFT_OUT_STORAGE),
-        pytest.param(TensorDictReplayBuffer, ListStorage, "tensordict", marks=LEFT_OUT_BUFFER),
-        pytest.param(TensorDictReplayBufferRNG, ListStorage, "tensordict", marks=LEFT_OUT_BUFFER),
+        pytest.param(ReplayBuffer, ListStorage, None),
+        pytest.param(ReplayBufferRNG, ListStorage, None),
+        pytest.param(TensorDictReplayBuffer, ListStorage, "tensordict"),
+        pytest.param(TensorDictReplayBufferRNG, ListStorage, "tensordict"),
         pytest.param(RemoteTensorDictReplayBuffer, ListStorage, "tensordict", marks=LEFT_OUT_REMOTE),
         [ReplayBuffer, LazyTensorStorage, "tensor"],
         [ReplayBuffer, LazyTensorStorage, "tensordict"],
@@ -114,8 +117,8 @@ from _marks import *  # what is left out, and mixreplay's strict xfails
         [ReplayBufferRNG, LazyTensorStorage, "tensor"],
         [ReplayBufferRNG, LazyTensorStorage, "tensordict"],
         [ReplayBufferRNG, LazyTensorStorage, "pytree"],
-        pytest.param(TensorDictReplayBuffer, LazyTensorStorage, "tensordict", marks=LEFT_OUT_BUFFER),
-        pytest.param(TensorDictReplayBufferRNG, LazyTensorStorage, "tensordict", marks=LEFT_OUT_BUFFER),
+        pytest.param(TensorDictReplayBuffer, LazyTensorStorage, "tensordict"),
+        pytest.param(TensorDictReplayBufferRNG, LazyTensorStorage, "tensordict"),
         pytest.param(RemoteTensorDictReplayBuffer, LazyTensorStorage, "tensordict", marks=LEFT_OUT_REMOTE),
         [ReplayBuffer, LazyMemmapStorage, "tensor"],
         [ReplayBuffer, LazyMemmapStorage, "tensordict"],
@@ -123,8 +126,8 @@ from _marks import *  # what is left out, and mixreplay's strict xfails
         [ReplayBufferRNG, LazyMemmapStorage, "tensor"],
         [ReplayBufferRNG, LazyMemmapStorage, "tensordict"],
         [ReplayBufferRNG, LazyMemmapStorage, "pytree"],
-        pytest.param(TensorDictReplayBuffer, LazyMemmapStorage, "tensordict", marks=LEFT_OUT_BUFFER),
-        pytest.param(TensorDictReplayBufferRNG, LazyMemmapStorage, "tensordict", marks=LEFT_OUT_BUFFER),
+        pytest.param(TensorDictReplayBuffer, LazyMemmapStorage, "tensordict"),
+        pytest.param(TensorDictReplayBufferRNG, LazyMemmapStorage, "tensordict"),
         pytest.param(RemoteTensorDictReplayBuffer, LazyMemmapStorage, "tensordict", marks=LEFT_OUT_REMOTE),
     ],
 )
@@ -605,7 +608,6 @@ class TestComposableBuffers:
             assert isinstance(rb.__dict__[key], type(rb2.__dict__[key]))
 
 
-@LEFT_OUT_STORAGE
 def test_pickable_fresh_interpreter_after_first_collate():
     # Regression test: implement_for used to resolve _stack_anything lazily,
     # so in a fresh interpreter a ReplayBuffer captured the pre-dispatch
@@ -614,14 +616,14 @@ def test_pickable_fresh_interpreter_after_first_collate():
     # "it's not the same object as ...storages._stack_anything".
     # A subprocess guarantees pristine dispatch state regardless of which
     # tests ran earlier in this process.
-    script = """
+    script = f"""
 import pickle
 import torch
 from tensordict import TensorDict
-from torchrl.data import ListStorage, ReplayBuffer
+from {TARGET_MODULE} import ListStorage, ReplayBuffer
 
 rb = ReplayBuffer(storage=ListStorage(10), batch_size=2)
-rb.extend(TensorDict({"a": torch.zeros(4, 1)}, [4]))
+rb.extend(TensorDict({{"a": torch.zeros(4, 1)}}, [4]))
 rb.sample()
 rb2 = pickle.loads(pickle.dumps(rb))
 rb2.sample()

@@ -63,7 +63,15 @@ from torchrl.data.replay_buffers.storages import (
 from torchrl.testing import get_default_devices, make_tc
 
 # the names under test, rebound to the target's (_target.py)
-from _target import LazyMemmapStorage, LazyTensorStorage, PrioritizedSampler, ReplayBuffer, samplers
+from _target import (
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    PrioritizedSampler,
+    ReplayBuffer,
+    samplers,
+    TensorDictPrioritizedReplayBuffer,
+    TensorDictReplayBuffer,
+)
 from _sampler_marks import *  # what is left out, and mixreplay's strict xfails
 
 pytestmark = NO_TORCHRL_PRIORITIZED
@@ -73,7 +81,7 @@ pytestmark = NO_TORCHRL_PRIORITIZED
 @pytest.mark.parametrize("contiguous", [True, False])
 @pytest.mark.parametrize("device", get_default_devices())
 @pytest.mark.parametrize("alpha", [0.0, 0.7])
-@LEFT_OUT_BUFFER
+@DIFF_MAX_CAPACITY
 def test_ptdrb(priority_key, contiguous, alpha, device):
     torch.manual_seed(0)
     np.random.seed(0)
@@ -221,7 +229,6 @@ def test_cuda_prioritized_replay_buffer_samples_on_cuda():
     assert sample["priority_weight"].device == device
 
 
-@LEFT_OUT_BUFFER
 def test_tensordict_prioritized_replay_buffer_sampler_device_cpu():
     rb = TensorDictPrioritizedReplayBuffer(
         alpha=0.7,
@@ -392,10 +399,11 @@ def test_cuda_prioritized_replay_buffer_weight_matches_cpu_formula():
     "datatype",
     [
         pytest.param("tc", marks=DIFF_MAX_CAPACITY),
-        pytest.param("tb", marks=LEFT_OUT_BUFFER),  # TensorDictReplayBuffer
+        pytest.param("tb"),  # TensorDictReplayBuffer
     ],
 )
 @pytest.mark.parametrize("reduction", ["min", "max", "median", "mean"])
+@DIFF_MAX_CAPACITY
 def test_replay_buffer_trajectories(stack, reduction, datatype):
     traj_td = TensorDict(
         {"obs": torch.randn(3, 4, 5), "actions": torch.randn(3, 4, 2)},
@@ -454,7 +462,6 @@ def test_replay_buffer_trajectories(stack, reduction, datatype):
 @pytest.mark.parametrize("priority_key", ["pk", "td_error"])
 @pytest.mark.parametrize("contiguous", [True, False])
 @pytest.mark.parametrize("device", get_default_devices())
-@LEFT_OUT_BUFFER
 def test_prb(priority_key, contiguous, device):
     torch.manual_seed(0)
     np.random.seed(0)

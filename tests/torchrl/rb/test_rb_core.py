@@ -87,11 +87,15 @@ from torchrl.objectives.llm import MCAdvantage
 from _target import (
     LazyMemmapStorage,
     LazyTensorStorage,
+    ListStorage,
+    PrioritizedReplayBuffer,
     PrioritizedSampler,
     RandomSampler,
     ReplayBuffer,
     SamplerWithoutReplacement,
     SliceSampler,
+    TensorDictPrioritizedReplayBuffer,
+    TensorDictReplayBuffer,
     TensorStorage,
 )
 from _marks import *  # what is left out, and mixreplay's strict xfails
@@ -119,7 +123,7 @@ def test_replay_buffer_direct_service_client_is_identity():
     replay_buffer.shutdown()
 
 
-@LEFT_OUT_BUFFER
+@LEFT_OUT_IN_PLACE
 def test_replay_buffer_read_write_all_in_order():
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(6))
     rb_slice = TensorDictReplayBuffer(storage=LazyTensorStorage(6))
@@ -140,7 +144,7 @@ def test_replay_buffer_read_write_all_in_order():
     assert updated["value_target"].tolist() == list(range(1, 7))
 
 
-@LEFT_OUT_BUFFER
+@LEFT_OUT_IN_PLACE
 def test_replay_buffer_read_write_all_in_order_with_end():
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
     rb_slice = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
@@ -158,7 +162,7 @@ def test_replay_buffer_read_write_all_in_order_with_end():
     assert updated["obs"].tolist() == [10, 11, 12, 3, 4, 5]
 
 
-@LEFT_OUT_BUFFER
+@DIFF_PRIVATE
 def test_storage_mutation_revision_for_buffer_write_paths():
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8))
     assert rb.storage._mutation_revision == 0
@@ -192,7 +196,7 @@ def test_storage_mutation_revision_for_buffer_write_paths():
     assert rb.storage._mutation_revision == revision + 1
 
 
-@LEFT_OUT_BUFFER
+@LEFT_OUT_IN_PLACE
 def test_replay_buffer_read_write_all_in_order_matches_full_slice_ndim2():
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(6, ndim=2))
     rb_slice = TensorDictReplayBuffer(storage=LazyTensorStorage(6, ndim=2))
@@ -365,23 +369,23 @@ class TestRNG:
     "rbtype,storage",
     [
         (ReplayBuffer, None),
-        pytest.param(ReplayBuffer, ListStorage, marks=LEFT_OUT_STORAGE),
+        pytest.param(ReplayBuffer, ListStorage),
         (ReplayBufferRNG, None),
-        pytest.param(ReplayBufferRNG, ListStorage, marks=LEFT_OUT_STORAGE),
-        pytest.param(PrioritizedReplayBuffer, None, marks=LEFT_OUT_BUFFER),
-        pytest.param(PrioritizedReplayBuffer, ListStorage, marks=LEFT_OUT_BUFFER),
-        pytest.param(TensorDictReplayBuffer, None, marks=LEFT_OUT_BUFFER),
-        pytest.param(TensorDictReplayBuffer, ListStorage, marks=LEFT_OUT_BUFFER),
-        pytest.param(TensorDictReplayBuffer, LazyTensorStorage, marks=LEFT_OUT_BUFFER),
-        pytest.param(TensorDictReplayBuffer, LazyMemmapStorage, marks=LEFT_OUT_BUFFER),
-        pytest.param(TensorDictReplayBufferRNG, None, marks=LEFT_OUT_BUFFER),
-        pytest.param(TensorDictReplayBufferRNG, ListStorage, marks=LEFT_OUT_BUFFER),
-        pytest.param(TensorDictReplayBufferRNG, LazyTensorStorage, marks=LEFT_OUT_BUFFER),
-        pytest.param(TensorDictReplayBufferRNG, LazyMemmapStorage, marks=LEFT_OUT_BUFFER),
-        pytest.param(TensorDictPrioritizedReplayBuffer, None, marks=LEFT_OUT_BUFFER),
-        pytest.param(TensorDictPrioritizedReplayBuffer, ListStorage, marks=LEFT_OUT_BUFFER),
-        pytest.param(TensorDictPrioritizedReplayBuffer, LazyTensorStorage, marks=LEFT_OUT_BUFFER),
-        pytest.param(TensorDictPrioritizedReplayBuffer, LazyMemmapStorage, marks=LEFT_OUT_BUFFER),
+        pytest.param(ReplayBufferRNG, ListStorage),
+        pytest.param(PrioritizedReplayBuffer, None, marks=NO_TORCHRL_PRIORITIZED),
+        pytest.param(PrioritizedReplayBuffer, ListStorage, marks=NO_TORCHRL_PRIORITIZED),
+        pytest.param(TensorDictReplayBuffer, None),
+        pytest.param(TensorDictReplayBuffer, ListStorage),
+        pytest.param(TensorDictReplayBuffer, LazyTensorStorage),
+        pytest.param(TensorDictReplayBuffer, LazyMemmapStorage),
+        pytest.param(TensorDictReplayBufferRNG, None),
+        pytest.param(TensorDictReplayBufferRNG, ListStorage),
+        pytest.param(TensorDictReplayBufferRNG, LazyTensorStorage),
+        pytest.param(TensorDictReplayBufferRNG, LazyMemmapStorage),
+        pytest.param(TensorDictPrioritizedReplayBuffer, None, marks=NO_TORCHRL_PRIORITIZED),
+        pytest.param(TensorDictPrioritizedReplayBuffer, ListStorage, marks=NO_TORCHRL_PRIORITIZED),
+        pytest.param(TensorDictPrioritizedReplayBuffer, LazyTensorStorage, marks=NO_TORCHRL_PRIORITIZED),
+        pytest.param(TensorDictPrioritizedReplayBuffer, LazyMemmapStorage, marks=NO_TORCHRL_PRIORITIZED),
     ],
 )
 @pytest.mark.parametrize("size", [3, 5, 100])
@@ -656,7 +660,6 @@ def test_replay_buffer_update_():
     assert (rb["b"] == 8.0).all()
 
 
-@LEFT_OUT_STORAGE
 def test_multi_loops():
     """Tests that one can iterate multiple times over a buffer without rep."""
     rb = ReplayBuffer(
@@ -671,7 +674,7 @@ def test_multi_loops():
     assert i == 1
 
 
-@LEFT_OUT_STORAGE
+@DIFF_DROP_LAST_WITHOUT_BATCH_SIZE
 def test_batch_errors():
     """Tests error messages related to batch-size"""
     rb = ReplayBuffer(
@@ -707,7 +710,6 @@ def test_batch_errors():
 
 
 @pytest.mark.skipif(not torchrl._utils.RL_WARNINGS, reason="RL_WARNINGS is not set")
-@LEFT_OUT_STORAGE
 def test_add_warning():
     if not rl_warnings():
         return
@@ -721,7 +723,7 @@ def test_add_warning():
 
 @pytest.mark.parametrize("stack", [False, True])
 @pytest.mark.parametrize("reduction", ["min", "max", "mean", "median"])
-@LEFT_OUT_BUFFER
+@NO_TORCHRL_PRIORITIZED
 def test_rb_trajectories(stack, reduction):
     traj_td = TensorDict(
         {"obs": torch.randn(3, 4, 5), "actions": torch.randn(3, 4, 2)},
@@ -1203,7 +1205,6 @@ class TestReplayBufferConsumption:
 
 @pytest.mark.parametrize("size", [10, 15, 20])
 @pytest.mark.parametrize("drop_last", [True, False])
-@LEFT_OUT_STORAGE
 def test_replay_buffer_iter(size, drop_last):
     torch.manual_seed(0)
     storage = ListStorage(size)
@@ -1224,7 +1225,7 @@ def test_replay_buffer_iter(size, drop_last):
         assert i == (size - 1) // 3
 
 
-@LEFT_OUT_STORAGE
+@DIFF_PRIVATE_PREFETCH
 def test_replay_buffer_prefetch_queue_length():
     """Test that the prefetch queue maintains the correct length.
 
@@ -1324,7 +1325,6 @@ def _release_prefetch_when_futures_lock_is_held(
         collate.release_prefetch.set()
 
 
-@LEFT_OUT_STORAGE
 def test_replay_buffer_prefetch_state_dict_roundtrip():
     source = _make_prefetch_replay_buffer()
     source.sample()
@@ -1340,7 +1340,7 @@ def test_replay_buffer_prefetch_state_dict_roundtrip():
         )
 
 
-@LEFT_OUT_STORAGE
+@DIFF_PRIVATE_PREFETCH
 def test_replay_buffer_prefetch_state_dict_waits_for_in_flight_samples():
     source, collate = _make_replay_buffer_with_blocked_prefetch()
     operation_started = threading.Event()
@@ -1365,7 +1365,7 @@ def test_replay_buffer_prefetch_state_dict_waits_for_in_flight_samples():
         )
 
 
-@LEFT_OUT_STORAGE
+@DIFF_PRIVATE_PREFETCH
 def test_replay_buffer_load_state_dict_waits_for_in_flight_samples():
     source = _make_prefetch_replay_buffer()
     source.sample()
@@ -1392,7 +1392,7 @@ def test_replay_buffer_load_state_dict_waits_for_in_flight_samples():
         )
 
 
-@LEFT_OUT_STORAGE
+@DIFF_PRIVATE_PREFETCH
 def test_replay_buffer_prefetch_state_dict_legacy():
     source = _make_prefetch_replay_buffer()
     source.sample()
@@ -1407,7 +1407,7 @@ def test_replay_buffer_prefetch_state_dict_legacy():
     assert not restored._prefetch_queue
 
 
-@LEFT_OUT_STORAGE
+@DIFF_PRIVATE_PREFETCH
 def test_replay_buffer_prefetch_state_dict_capacity_mismatch():
     source = _make_prefetch_replay_buffer(prefetch=2)
     source.sample()
@@ -1420,7 +1420,7 @@ def test_replay_buffer_prefetch_state_dict_capacity_mismatch():
     assert tuple(restored._prefetch_queue) == queue_before_load
 
 
-@LEFT_OUT_STORAGE
+@DIFF_PRIVATE_PREFETCH
 def test_replay_buffer_prefetch_state_dict_does_not_alias_queue():
     source = _make_prefetch_replay_buffer()
     source.sample()
@@ -1449,7 +1449,6 @@ def test_replay_buffer_prefetch_dumps_roundtrip(tmp_path):
         )
 
 
-@LEFT_OUT_STORAGE
 def test_replay_buffer_prefetch_pickle_roundtrip():
     source = _make_prefetch_replay_buffer()
     source.sample()
@@ -1464,7 +1463,7 @@ def test_replay_buffer_prefetch_pickle_roundtrip():
 
 @pytest.mark.parametrize("checkpoint", ["state_dict", "pickle"])
 @pytest.mark.parametrize("tensordict", [False, True])
-@LEFT_OUT_STORAGE
+@DIFF_PRIVATE_PREFETCH
 def test_replay_buffer_prefetch_autograd_roundtrip(checkpoint, tensordict):
     replay_buffer_cls = TensorDictReplayBuffer if tensordict else ReplayBuffer
 
@@ -1506,7 +1505,7 @@ def test_replay_buffer_prefetch_autograd_roundtrip(checkpoint, tensordict):
         assert torch.equal(expected_info["index"], actual_info["index"])
 
 
-@LEFT_OUT_STORAGE
+@DIFF_PRIVATE_PREFETCH
 def test_replay_buffer_prefetch_without_replacement_roundtrip():
     source = _make_prefetch_replay_buffer(
         size=10,

@@ -20,11 +20,11 @@ import pytest
 import torch
 from _marks import (
     BROKEN_EXAMPLE,
+    BROKEN_EXAMPLE_UNDEFINED,
     DIFF_DOCTEST_STORAGE_REPR,
     DIFF_DUMPS_INTO_SCRATCH,
     DIFF_NDIM_EXAMPLE,
-    LEFT_OUT_BUFFER,
-    LEFT_OUT_STORAGE,
+    REFERENCE_EXAMPLE_FAILS,
 )
 from tensordict import TensorDict
 from torchrl_rb_docstrings import DOCSTRINGS
@@ -42,16 +42,20 @@ MODULES = {
 # one test per example block (a docstring can hold several): (docstring, block) -> marks
 MARKS = {
     ("ReplayBuffer", 0): DIFF_NDIM_EXAMPLE,  # LazyTensorStorage(10, ndim=2), dim_extend=1
-    ("ReplayBuffer", 1): LEFT_OUT_STORAGE,  # ListStorage
-    ("ReplayBuffer", 2): LEFT_OUT_STORAGE,  # ListStorage of Python objects
+    ("ReplayBuffer", 1): REFERENCE_EXAMPLE_FAILS,  # ints from a ListStorage, default collate
     ("ReplayBuffer", 3): BROKEN_EXAMPLE,  # ">>>     assert ..." inside a def
-    ("ReplayBuffer.dumps", 0): LEFT_OUT_BUFFER,  # TensorDictReplayBuffer
+    ("ReplayBuffer.dumps", 0): BROKEN_EXAMPLE_UNDEFINED,  # saves a buffer `rb` never built
     ("TensorStorage", 0): DIFF_DOCTEST_STORAGE_REPR,  # device=None
     ("TensorStorage", 1): DIFF_DOCTEST_STORAGE_REPR,  # device=None
     ("LazyMemmapStorage", 0): DIFF_DUMPS_INTO_SCRATCH,  # dumps("dump"), scratch "dump/storage"
     ("LazyMemmapStorage", 1): DIFF_DOCTEST_STORAGE_REPR,  # MemoryMappedTensor
     ("LazyMemmapStorage", 2): DIFF_DOCTEST_STORAGE_REPR,  # MemoryMappedTensor
 }
+
+# blocks whose shown outputs are draws of TorchRL's global RNG (seeded by the example),
+# against the generator a mixreplay buffer owns ("Differences from TorchRL": randomness): on
+# mixreplay they run without comparing those outputs
+RANDOM_OUTPUT = {("ReplayBuffer", 2)}
 
 _IMPORT = re.compile(r"^(\s*>>> from torchrl[\w.]* import )(.*)$")
 
@@ -64,7 +68,8 @@ def _swap_imports(text: str) -> str:
         m = _IMPORT.match(line)
         if m:
             names = [n.strip(" ()") for n in m.group(2).split(",")]
-            mine = [n for n in names if n in EXPORTED]
+            # "X as Y" rebinds Y to the target's X
+            mine = [n for n in names if n.split(" as ")[0].strip() in EXPORTED]
             if mine:
                 indent = line[: line.index(">>>")]
                 out.append(f"{indent}>>> from _target import {', '.join(mine)}")
@@ -100,10 +105,15 @@ CASES = [
 
 
 class _ShownOutputs(doctest.OutputChecker):
-    """Compares only the outputs an example shows."""
+    """Compares only the outputs an example shows (all of them, unless told not to)."""
+
+    def __init__(self, compare: bool = True):
+        self.compare = compare
 
     def check_output(self, want: str, got: str, optionflags: int) -> bool:
-        return not want.strip() or super().check_output(want, got, optionflags)
+        if not self.compare or not want.strip():
+            return True
+        return super().check_output(want, got, optionflags)
 
 
 def _namespace(name: str) -> dict:
@@ -126,7 +136,9 @@ def test_docstring_example(name, block, text, tmp_path, monkeypatch):
         0,
     )
     runner = doctest.DocTestRunner(
-        checker=_ShownOutputs(),
+        checker=_ShownOutputs(
+            compare=not (_target.ON_MIXREPLAY and (name, block) in RANDOM_OUTPUT)
+        ),
         optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
         verbose=False,
     )

@@ -82,6 +82,7 @@ from _target import (
     RandomSampler,
     ReplayBuffer,
     SliceSampler,
+    TensorDictReplayBuffer,
 )
 from _marks import *  # what is left out, and mixreplay's strict xfails
 
@@ -169,7 +170,6 @@ class TestTransforms:
     ]
 
     @pytest.mark.parametrize("transform", transforms)
-    @LEFT_OUT_BUFFER
     def test_smoke_replay_buffer_transform(self, transform):
         rb = TensorDictReplayBuffer(
             transform=transform(in_keys=["observation"]), batch_size=1

@@ -95,13 +95,17 @@ from torchrl.testing import get_default_devices
 # the names under test, rebound to the target's (_target.py)
 from _target import (
     LazyMemmapStorage,
+    LazyStackStorage,
     LazyTensorStorage,
+    ListStorage,
     PrioritizedSampler,
     RandomSampler,
     ReplayBuffer,
     Sampler,
     SamplerWithoutReplacement,
     SliceSampler,
+    TensorDictPrioritizedReplayBuffer,
+    TensorDictReplayBuffer,
 )
 from _sampler_marks import *  # what is left out, and mixreplay's strict xfails
 
@@ -109,7 +113,6 @@ from _sampler_marks import *  # what is left out, and mixreplay's strict xfails
 @pytest.mark.parametrize("size", [10, 15, 20])
 @pytest.mark.parametrize("samples", [5, 9, 11, 14, 16])
 @pytest.mark.parametrize("drop_last", [True, False])
-@LEFT_OUT_STORAGE
 def test_samplerwithoutrep(size, samples, drop_last):
     torch.manual_seed(0)
     storage = ListStorage(size)
@@ -141,7 +144,7 @@ def test_samplerwithoutrep(size, samples, drop_last):
         assert not visited
 
 
-@LEFT_OUT_STORAGE
+@DIFF_PRIVATE_STATE
 def test_samplerwithoutrep_load_state_dict_decouples_from_source():
     # loading a state dict must clone the incoming tensors so that mutating
     # the source afterwards does not corrupt the sampler state (e.g. tensors
@@ -276,7 +279,7 @@ class TestSamplers:
     @pytest.mark.parametrize(
         "backend", ["torch"] + (["torchsnapshot"] if _has_snapshot else [])
     )
-    @LEFT_OUT_BUFFER
+    @DIFF_PRIVATE_STATE
     def test_sampler_without_rep_state_dict(self, backend):
         os.environ["CKPT_BACKEND"] = backend
         torch.manual_seed(0)
@@ -321,7 +324,6 @@ class TestSamplers:
         s = new_replay_buffer.sample(batch_size=1)
         assert (s.exclude("index") == 0).all()
 
-    @LEFT_OUT_BUFFER
     def test_sampler_without_rep_dumps_loads(self, tmpdir):
         d0 = tmpdir + "/save0"
         d1 = tmpdir + "/save1"
@@ -669,7 +671,6 @@ class TestSamplers:
         done = info[("next", "done")]
         assert done.view(num_slices, -1)[:, -1].all()
 
-    @LEFT_OUT_BUFFER
     def test_slice_sampler_left_right(self):
         torch.manual_seed(0)
         data = TensorDict(
@@ -696,7 +697,7 @@ class TestSamplers:
                     curr_eps = curr_eps[curr_eps != 0]
                     assert curr_eps.unique().numel() == 1
 
-    @LEFT_OUT_BUFFER
+    @DIFF_NDIM
     def test_slice_sampler_left_right_ndim(self):
         torch.manual_seed(0)
         data = TensorDict(
@@ -771,7 +772,6 @@ class TestSamplers:
     # traj_key auto-detection tests
     # ------------------------------------------------------------------
 
-    @LEFT_OUT_BUFFER
     def test_slice_sampler_auto_traj_key_collector_ids(self):
         """Auto-detection should prefer ("collector", "traj_ids") over "episode"."""
         torch.manual_seed(0)
@@ -804,7 +804,6 @@ class TestSamplers:
             traj_vals = sample_reshaped[i][("collector", "traj_ids")]
             assert traj_vals.unique().numel() == 1
 
-    @LEFT_OUT_BUFFER
     def test_slice_sampler_auto_traj_key_no_warning_single_key(self):
         """No FutureWarning when only one of the two candidate keys is present."""
         torch.manual_seed(0)
@@ -827,7 +826,6 @@ class TestSamplers:
             rb.sample()
         assert rb.sampler.traj_key == ("collector", "traj_ids")
 
-    @LEFT_OUT_BUFFER
     def test_slice_sampler_auto_traj_key_episode(self):
         """Auto-detection falls back to 'episode' when collector key is absent."""
         torch.manual_seed(0)
@@ -849,7 +847,6 @@ class TestSamplers:
         assert rb.sampler.traj_key == "episode"
         assert rb.sampler._fetch_traj is True
 
-    @LEFT_OUT_BUFFER
     def test_slice_sampler_auto_traj_key_fallback_to_done(self):
         """Auto-detection falls back to end_key reconstruction when no traj key."""
         torch.manual_seed(0)
@@ -873,7 +870,6 @@ class TestSamplers:
         rb.sample()
         assert rb.sampler._fetch_traj is False
 
-    @LEFT_OUT_BUFFER
     def test_slice_sampler_explicit_traj_key_no_auto(self):
         """Explicit traj_key should bypass auto-detection entirely."""
         torch.manual_seed(0)
@@ -931,7 +927,6 @@ class TestSamplers:
         rb.extend(data)
         return rb
 
-    @LEFT_OUT_BUFFER
     def test_slice_sampler_mask_present_when_short_trajs(self):
         """mask appears in output when short trajectories force padding."""
         torch.manual_seed(0)
@@ -941,7 +936,6 @@ class TestSamplers:
         sample = rb.sample()
         assert ("collector", "mask") in sample.keys(True)
 
-    @LEFT_OUT_BUFFER
     def test_slice_sampler_mask_shape_dtype(self):
         """mask is bool with shape [B*T] (matches batch shape, no trailing 1)."""
         torch.manual_seed(0)
@@ -957,7 +951,6 @@ class TestSamplers:
         # batch[batch.get(("collector", "mask"))] without broadcasting tricks.
         assert mask.shape[0] == sample.batch_size[0]
 
-    @LEFT_OUT_BUFFER
     def test_slice_sampler_mask_correctness(self):
         """mask rows are contiguous: True prefix followed by False suffix."""
         torch.manual_seed(0)
@@ -981,7 +974,6 @@ class TestSamplers:
                     i, length:
                 ].any(), f"slice {i}: steps after {length} should be False"
 
-    @LEFT_OUT_BUFFER
     def test_slice_sampler_mask_padded_obs_is_valid(self):
         """Padded positions repeat the last real index — obs values must be finite."""
         torch.manual_seed(0)
@@ -991,7 +983,6 @@ class TestSamplers:
         sample = rb.sample()
         assert torch.isfinite(sample["obs"]).all()
 
-    @LEFT_OUT_BUFFER
     def test_slice_sampler_strict_length_no_mask(self):
         """With pad_output=False, no mask is emitted regardless of strict_length."""
         torch.manual_seed(0)
@@ -1022,7 +1013,6 @@ class TestSamplers:
                 slice_len=4, traj_key="traj", strict_length=True, pad_output=True
             )
 
-    @LEFT_OUT_BUFFER
     def test_slice_sampler_pad_output_marks_slice_starts(self):
         """pad_output=True writes is_init=True at every slice start.
 
@@ -1042,7 +1032,6 @@ class TestSamplers:
             # slice landed within its source trajectory.
             assert is_init[:, 0].all(), "every slice must start with is_init=True"
 
-    @LEFT_OUT_BUFFER
     def test_slice_sampler_marks_slice_starts_no_pad(self):
         """Default (no pad_output) flow: is_init=True at every slice start.
 
@@ -1090,7 +1079,6 @@ class TestSamplers:
                     end + 1
                 ].item(), f"slice starting at index {end + 1} missing is_init=True"
 
-    @LEFT_OUT_BUFFER
     def test_slice_sampler_pad_output_no_is_init_no_marker(self):
         """Without is_init in the storage we don't introduce one out of thin air."""
         torch.manual_seed(0)
@@ -1120,7 +1108,6 @@ class TestSamplers:
         # is_init must not appear if it wasn't in the storage
         assert "is_init" not in sample.keys(True)
 
-    @LEFT_OUT_BUFFER
     def test_slice_sampler_flat_sample_matches_batched_recurrent_module(self):
         """A flat padded sample must match an explicit [B, T] recurrent call."""
         torch.manual_seed(0)
@@ -1174,7 +1161,6 @@ class TestSamplers:
             batched_out[("next", "recurrent_state")],
         )
 
-    @LEFT_OUT_BUFFER
     def test_slice_sampler_mask_all_long_trajs_no_mask(self):
         """When all trajs >= slice_len, pad_output=True still emits no mask (nothing to pad)."""
         torch.manual_seed(0)
@@ -1199,7 +1185,6 @@ class TestSamplers:
         # No short trajectories → no padding needed → no mask emitted
         assert ("collector", "mask") not in sample.keys(True)
 
-    @LEFT_OUT_BUFFER
     def test_slice_sampler_truncated_marks_last_real_step(self):
         """truncated flag should sit at the last *real* timestep, not the padded end."""
         torch.manual_seed(0)
@@ -1553,7 +1538,8 @@ class TestSamplers:
     @pytest.mark.skipif(
         TORCH_VERSION < version.parse("2.5.0"), reason="requires Torch >= 2.5.0"
     )
-    @LEFT_OUT_BUFFER
+    @NO_TORCHRL_PRIORITIZED
+    @DIFF_PRIVATE_TREES
     def test_prb_new_sampler_with_loaded_storage(self, tmpdir):
         """Test that creating a new PrioritizedSampler with loaded storage works correctly.
 
@@ -1653,7 +1639,8 @@ class TestSamplers:
             msg="Loaded buffer should maintain original priorities",
         )
 
-    @LEFT_OUT_BUFFER
+    @NO_TORCHRL_PRIORITIZED
+    @DIFF_PRIVATE_TREES
     def test_prb_ndim(self):
         """This test lists all the possible ways of updating the priority of a PRB with RB, TRB and TPRB.
 
@@ -2624,7 +2611,8 @@ def test_prioritized_slice_sampler_episodes(device):
 @pytest.mark.parametrize("anneal_every_n", [10, 159])
 @pytest.mark.parametrize("alpha_min", [0, 0.2])
 @pytest.mark.parametrize("beta_max", [1, 1.4])
-@LEFT_OUT_BUFFER
+@NO_TORCHRL_PRIORITIZED
+@DIFF_PARAMETER_SCHEDULER
 def test_prioritized_parameter_scheduler(
     alpha,
     beta,
@@ -2864,7 +2852,7 @@ class TestFindStartStopTraj:
         assert stop.squeeze(-1).tolist() == [2, 4, 7]
         assert lengths.tolist() == [5, 2, 3]
 
-    @LEFT_OUT_BUFFER
+    @DIFF_SAMPLER_PRIVATE
     def test_boundary_index_cache_and_storage_invalidation(self):
         storage = LazyTensorStorage(10)
         rb = TensorDictReplayBuffer(storage=storage, dim_extend=0)
@@ -2893,7 +2881,6 @@ class TestFindStartStopTraj:
         assert third[0].data_ptr() != first[0].data_ptr()
         assert third[1].squeeze(-1).tolist() == [9]
 
-    @LEFT_OUT_BUFFER
     def test_slice_sampler_cache_uses_storage_revision(self):
         storage = LazyTensorStorage(10)
         sampler = SliceSampler(slice_len=2, end_key="done", cache_values=True)
@@ -2925,7 +2912,7 @@ class TestFindStartStopTraj:
         result = compiled(anchor, start, stop, 10)
         torch.testing.assert_close(result, eager)
 
-    @LEFT_OUT_BUFFER
+    @DIFF_NDIM
     def test_multidimensional_boundary_index_and_fullgraph(self):
         storage = LazyTensorStorage(10, ndim=2)
         rb = TensorDictReplayBuffer(storage=storage, dim_extend=0)

@@ -101,11 +101,15 @@ from torchrl.testing import capture_log_records, get_default_devices, make_tc
 # the names under test, rebound to the target's (_target.py)
 from _target import (
     LazyMemmapStorage,
+    LazyStackStorage,
     LazyTensorStorage,
+    ListStorage,
     RandomSampler,
     ReplayBuffer,
     SamplerWithoutReplacement,
     TARGET_MODULE,
+    TensorDictPrioritizedReplayBuffer,
+    TensorDictReplayBuffer,
     TensorStorage,
 )
 from _marks import *  # what is left out, and mixreplay's strict xfails
@@ -242,7 +246,6 @@ class TestStorages:
         else:
             assert_allclose_td(after, before)
 
-    @LEFT_OUT_STORAGE
     def test_list_storage_load_state_dict_decouples_from_source(self):
         storage = ListStorage(10)
         storage.set(0, torch.randn(3))
@@ -315,7 +318,7 @@ class TestStorages:
     @pytest.mark.parametrize(
         "backend", ["torch"] + (["torchsnapshot"] if _has_snapshot else [])
     )
-    @LEFT_OUT_BUFFER
+    @DIFF_STATE_LAYOUT
     def test_storage_state_dict(self, storage_in, storage_out, init_out, backend):
         os.environ["CKPT_BACKEND"] = backend
         buffer_size = 100
@@ -676,7 +679,7 @@ class TestStorages:
         [
             (LazyTensorStorage, None),
             (LazyMemmapStorage, None),
-            pytest.param(ListStorage, torch.stack, marks=LEFT_OUT_STORAGE),
+            pytest.param(ListStorage, torch.stack),
         ],
     )
     @LEFT_OUT_IN_PLACE
@@ -710,7 +713,7 @@ class TestStorages:
         [
             (LazyTensorStorage, None),
             (LazyMemmapStorage, None),
-            pytest.param(ListStorage, torch.stack, marks=LEFT_OUT_STORAGE),
+            pytest.param(ListStorage, torch.stack),
         ],
     )
     @LEFT_OUT_IN_PLACE
@@ -746,7 +749,7 @@ class TestStorages:
         [
             (LazyTensorStorage, None),
             # (LazyMemmapStorage, None),
-            pytest.param(ListStorage, TensorDict.maybe_dense_stack, marks=LEFT_OUT_STORAGE),
+            pytest.param(ListStorage, TensorDict.maybe_dense_stack),
         ],
     )
     @LEFT_OUT_IN_PLACE
@@ -810,7 +813,6 @@ class TestStorages:
     )
     @pytest.mark.parametrize("max_size", [1000, None])
     @pytest.mark.parametrize("stack_dim", [-1, 0])
-    @LEFT_OUT_STORAGE
     def test_lazy_stack_storage(self, max_size, stack_dim):
         # Create an instance of LazyStackStorage with given parameters
         storage = LazyStackStorage(max_size=max_size, stack_dim=stack_dim)
@@ -1128,7 +1130,7 @@ class TestSharedStorageInit:
         assert sample["index"].device.type == "cpu"
 
 
-@LEFT_OUT_STORAGE
+@LEFT_OUT_OTHER_STORAGE
 def test_compressed_storage_checkpointing_releases_staging_memmaps(tmp_path):
     storage = CompressedListStorage(max_size=4)
     storage.set(0, TensorDict({"observation": torch.randn(3)}, batch_size=[]))
@@ -1142,7 +1144,7 @@ def test_compressed_storage_checkpointing_releases_staging_memmaps(tmp_path):
 
 
 @pytest.mark.skipif(not _has_zstandard, reason="zstandard required for this test.")
-@LEFT_OUT_STORAGE
+@LEFT_OUT_OTHER_STORAGE
 class TestCompressedListStorage:
     """Test cases for CompressedListStorage."""
 
@@ -1425,8 +1427,8 @@ class TestCompressedListStorage:
         ), f"Compression ratio {compression_ratio} is too low"
 
 
-@LEFT_OUT_STORAGE
 class TestRBLazyInit:
+    @DIFF_IMPLICIT_DELAYED_INIT
     def test_lazy_init(self):
         def transform(td):
             return td

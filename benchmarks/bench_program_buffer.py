@@ -120,7 +120,7 @@ def versions() -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--batches", type=int, default=20, help="collected batches measured")
     parser.add_argument("--frames-per-batch", type=int, default=1000)
     parser.add_argument("--utd", type=float, default=1.0, help="sac's optim.utd_ratio")

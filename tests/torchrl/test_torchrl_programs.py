@@ -31,13 +31,6 @@ def reference():
 
 #: programs that stop on mixreplay, each with where and why (strict: they must still fail)
 STOPS = {
-    "ppo": (
-        "ppo_mujoco.py line 364, data_buffer.extend(data_reshape) in its second PPO epoch: "
-        "TensorDictReplayBuffer.extend set 'index' into the caller's TensorDict on the first "
-        "epoch, and mixreplay's storage refuses the second write of the same rows, which now "
-        "hold a key it lacks (SchemaMismatchError: 'index': in written, missing in stored); "
-        "TorchRL's storage silently adds the key"
-    ),
     "rb_tutorial": (
         "rb_tutorial.py line 234, buffer_lazymemmap._storage._storage['a'].filename "
         "(AttributeError): TorchRL's memory-mapped leaves, a private attribute (docs/torchrl.md, "

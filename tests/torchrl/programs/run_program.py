@@ -821,7 +821,7 @@ def table(data: dict[str, Any] | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("program", nargs="?", choices=sorted(PROGRAMS))
     parser.add_argument("--target", choices=("torchrl", "mixreplay"), default="mixreplay")
     parser.add_argument("--seed", type=int, default=0)

@@ -21,6 +21,7 @@ _EXPORTS = {
     "BufferActorError": "mixreplay.errors",
     "CheckpointError": "mixreplay.errors",
     "CheckpointNotFoundError": "mixreplay.errors",
+    "D4RLExperienceReplay": "mixreplay.datasets.experience_replay",
     "DatasetError": "mixreplay.errors",
     "DatasetNotFoundError": "mixreplay.errors",
     "EmptyBufferError": "mixreplay.errors",
@@ -31,6 +32,7 @@ _EXPORTS = {
     "LazyTensorStorage": "mixreplay.storages",
     "ListStorage": "mixreplay.storages",
     "LockOrderError": "mixreplay.errors",
+    "MinariExperienceReplay": "mixreplay.datasets.experience_replay",
     "MissingDependencyError": "mixreplay.errors",
     "MixreplayError": "mixreplay.errors",
     "MixtureReplayBuffer": "mixreplay.mixing.mixture",
@@ -63,6 +65,7 @@ __all__ = [
     "BufferActorError",
     "CheckpointError",
     "CheckpointNotFoundError",
+    "D4RLExperienceReplay",
     "DatasetError",
     "DatasetNotFoundError",
     "EmptyBufferError",
@@ -73,6 +76,7 @@ __all__ = [
     "LazyTensorStorage",
     "ListStorage",
     "LockOrderError",
+    "MinariExperienceReplay",
     "MissingDependencyError",
     "MixreplayError",
     "MixtureReplayBuffer",
@@ -128,6 +132,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         TensorDictReplayBuffer,
     )
     from mixreplay.datasets import list_prefixes, load_dataset, register_dataset
+    from mixreplay.datasets.experience_replay import D4RLExperienceReplay, MinariExperienceReplay
     from mixreplay.errors import (
         BufferActorError,
         CheckpointError,

@@ -282,3 +282,20 @@ def test_halfcheetah_report_joins_complete_runs(tmp_path):
     assert "| weak (742) | 50/50 mixed | 2,500 [2,500, 2,500] | 4,500 [4,500, 4,500] |" in text
     assert len(read_csv(tmp_path / "r" / "hc.csv")) == 8  # the first file's online run only
     assert (tmp_path / "r" / "hc.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.torchrl
+def test_bench_program_buffer_tiny(tmp_path):
+    out = tmp_path / "result.json"
+    text = run_bench(
+        "bench_program_buffer.py",
+        *("--batches", "2", "--frames-per-batch", "50", "--capacity", "1000", "--prefill", "200"),
+        *("--storage", "memmap", "--out", str(out)),
+        tmp=tmp_path,
+    )
+    assert "ratio (TorchRL / mixreplay)" in text
+    result = json.loads(out.read_text())
+    assert result["benchmark"] == "bench_program_buffer"
+    (row,) = result["rows"]
+    assert row["peer"] == "torchrl" and row["mixreplay"] > 0 and row["peer_value"] > 0
+    assert set(result["versions"]) == {"python", "torch", "tensordict", "torchrl", "mixreplay"}

@@ -19,6 +19,7 @@ from mixreplay._version import __version__
 # every public name -> the module that defines it (the one place the mapping lives)
 _EXPORTS = {
     "BufferActorError": "mixreplay.errors",
+    "BufferClosedError": "mixreplay.errors",
     "CheckpointError": "mixreplay.errors",
     "CheckpointNotFoundError": "mixreplay.errors",
     "DatasetError": "mixreplay.errors",
@@ -28,6 +29,7 @@ _EXPORTS = {
     "FrozenStorage": "mixreplay.storages",
     "LazyMemmapStorage": "mixreplay.storages",
     "LazyTensorStorage": "mixreplay.storages",
+    "MinSize": "mixreplay.rate_limit",
     "MissingDependencyError": "mixreplay.errors",
     "MixreplayError": "mixreplay.errors",
     "MixtureReplayBuffer": "mixreplay.mixing.mixture",
@@ -36,8 +38,10 @@ _EXPORTS = {
     "PrioritizedSampler": "mixreplay.samplers.prioritized",
     "PriorityError": "mixreplay.errors",
     "RandomSampler": "mixreplay.samplers",
+    "RateLimitTimeoutError": "mixreplay.errors",
     "ReadOnlyError": "mixreplay.errors",
     "ReplayBuffer": "mixreplay.buffers",
+    "SampleToInsertRatio": "mixreplay.rate_limit",
     "Sampler": "mixreplay.samplers",
     "SamplerWithoutReplacement": "mixreplay.samplers.without_replacement",
     "Schema": "mixreplay.schema",
@@ -55,6 +59,7 @@ _EXPORTS = {
 
 __all__ = [
     "BufferActorError",
+    "BufferClosedError",
     "CheckpointError",
     "CheckpointNotFoundError",
     "DatasetError",
@@ -64,6 +69,7 @@ __all__ = [
     "FrozenStorage",
     "LazyMemmapStorage",
     "LazyTensorStorage",
+    "MinSize",
     "MissingDependencyError",
     "MixreplayError",
     "MixtureReplayBuffer",
@@ -72,8 +78,10 @@ __all__ = [
     "PrioritizedSampler",
     "PriorityError",
     "RandomSampler",
+    "RateLimitTimeoutError",
     "ReadOnlyError",
     "ReplayBuffer",
+    "SampleToInsertRatio",
     "Sampler",
     "SamplerWithoutReplacement",
     "Schema",
@@ -112,6 +120,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from mixreplay.datasets import list_prefixes, load_dataset, register_dataset
     from mixreplay.errors import (
         BufferActorError,
+        BufferClosedError,
         CheckpointError,
         CheckpointNotFoundError,
         DatasetError,
@@ -120,6 +129,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         MissingDependencyError,
         MixreplayError,
         PriorityError,
+        RateLimitTimeoutError,
         ReadOnlyError,
         SchemaMismatchError,
         WriterEvictedError,
@@ -128,6 +138,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from mixreplay.mixing.offline_to_online import OfflineToOnlineReplayBuffer
     from mixreplay.mixing.split import split_counts
     from mixreplay.prefill import prefill_replay_buffer
+    from mixreplay.rate_limit import MinSize, SampleToInsertRatio
     from mixreplay.samplers import RandomSampler, Sampler
     from mixreplay.samplers.prioritized import PrioritizedSampler
     from mixreplay.samplers.slice import SliceSampler

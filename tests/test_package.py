@@ -19,6 +19,7 @@ def test_exported_members_are_sorted_and_pinned():
     assert mixreplay.__all__ == sorted(mixreplay.__all__)
     assert set(mixreplay.__all__) == {
         "BufferActorError",
+        "BufferClosedError",
         "CheckpointError",
         "CheckpointNotFoundError",
         "DatasetError",
@@ -28,6 +29,7 @@ def test_exported_members_are_sorted_and_pinned():
         "FrozenStorage",
         "LazyMemmapStorage",
         "LazyTensorStorage",
+        "MinSize",
         "MissingDependencyError",
         "MixreplayError",
         "MixtureReplayBuffer",
@@ -36,8 +38,10 @@ def test_exported_members_are_sorted_and_pinned():
         "PrioritizedSampler",
         "PriorityError",
         "RandomSampler",
+        "RateLimitTimeoutError",
         "ReadOnlyError",
         "ReplayBuffer",
+        "SampleToInsertRatio",
         "Sampler",
         "SamplerWithoutReplacement",
         "Schema",

@@ -18,6 +18,7 @@ from mixreplay.buffers.base import BufferBase, check_batch_size, make_generator
 from mixreplay.buffers.writer import RingWriter
 from mixreplay.errors import CheckpointError, EmptyBufferError
 from mixreplay.layout import new_tensordict
+from mixreplay.rate_limit import check_timeout, make_gate, write_limited
 from mixreplay.samplers import RandomSampler, Sampler
 from mixreplay.storages.base import PackedStorage, Storage
 from mixreplay.storages.foreign import adapt_storage, looks_like_storage
@@ -154,6 +155,9 @@ class ReplayBuffer(BufferBase[Sampled]):
             there. Refused (``ValueError``) when this machine has no such device.
         collate_fn: applied to every batch as stored (and to ``rb[index]`` but for an int
             index), before the transforms, as TorchRL does with a tensor storage.
+        rate_limiter: a :class:`~mixreplay.MinSize` or :class:`~mixreplay.SampleToInsertRatio`:
+            ``sample`` and ``extend`` wait to keep rows sampled per row written within
+            its band (see :mod:`mixreplay.rate_limit`); refused on a read-only storage.
         **torchrl_kwargs: TorchRL's other arguments (``writer``, ``dim_extend``,
             ``shared``, ``compilable``, ...) are accepted with TorchRL's default (a
             ``RoundRobinWriter`` for ``writer``), which is what mixreplay does; any other
@@ -201,6 +205,7 @@ class ReplayBuffer(BufferBase[Sampled]):
         pin_memory: bool = False,
         collate_fn: Callable[[Any], Any] | None = None,
         batch_device: torch.device | str | None = None,
+        rate_limiter: Any = None,
         **torchrl_kwargs: Any,
     ):
         check_unsupported(type(self).__name__, torchrl_kwargs)
@@ -240,6 +245,13 @@ class ReplayBuffer(BufferBase[Sampled]):
         self._init_buffer(batch_size, generator, transform, prefetch, pin_memory, batch_device)
         for t in self._transform:
             _eval(t)
+        self._gate = make_gate(  # rate limiting (mixreplay.rate_limit)
+            rate_limiter,
+            owner=type(self).__name__,
+            capacity=int(storage.max_size) if storage.writable else 0,
+            size=len(storage),
+            batch_size=self._batch_size,
+        )
 
     # -- prefetching (mixreplay.prefetch) --------------------------------------------------
 
@@ -341,7 +353,7 @@ class ReplayBuffer(BufferBase[Sampled]):
 
     # -- writing ---------------------------------------------------------------------------
 
-    def extend(self, data: Any) -> torch.Tensor:
+    def extend(self, data: Any, *, timeout: float | None = None) -> torch.Tensor:
         """Write the rows of ``data``; return the slots written.
 
         ``data`` is a TensorDict ``[n]`` (or ``[n, ...]``), a tensorclass, a tensor, a
@@ -349,14 +361,18 @@ class ReplayBuffer(BufferBase[Sampled]):
         first write fixes the type every later one must have. Write-side transforms run
         first (see :mod:`mixreplay.transforms`); when they keep nothing, nothing is
         written and the slots are empty.
+
+        With a rate limiter the rows go in as its band allows, waiting up to ``timeout``
+        seconds (``None``: until allowed, or until :meth:`close`) for samples to make room;
+        see :mod:`mixreplay.rate_limit`.
         """
         if self._transform.writes:
             data = self._transform.inv(data)
             if _no_rows(data):
                 return _NOTHING_WRITTEN.clone()
-        return self._write(data)
+        return self._write(data, timeout)
 
-    def add(self, data: Any) -> Any:
+    def add(self, data: Any, *, timeout: float | None = None) -> Any:
         """Write one row (a TensorDict ``[]``, a tensor, a pytree, a tensorclass); return its slot."""
         if self._transform.writes:
             # as TorchRL: a tensor collection goes through the write sides as a batch of one
@@ -364,10 +380,10 @@ class ReplayBuffer(BufferBase[Sampled]):
             data = self._transform.inv(data_types.one_row(data) if collection else data)
             if _no_rows(data):
                 return _NOTHING_WRITTEN.clone()
-            return int(self._write(data if collection else data_types.one_row(data))[0])
-        return int(self._write(data_types.one_row(data))[0])
+            return int(self._write(data if collection else data_types.one_row(data), timeout)[0])
+        return int(self._write(data_types.one_row(data), timeout)[0])
 
-    def _write(self, data: Any) -> torch.Tensor:
+    def _write(self, data: Any, timeout: float | None = None) -> torch.Tensor:
         storage = self._storage
         codec = storage.codec
         # the fast path (TensorDict rows [n] into TensorDict rows) costs two cheap checks;
@@ -377,6 +393,8 @@ class ReplayBuffer(BufferBase[Sampled]):
             rows = data
             if convert:  # not the fast path: data of another type than TensorDict rows [n]
                 rows, codec = data_types.to_rows(data, codec, storage.schema is None)
+            if self._gate is not None:  # rate limiter: in the parts its band allows
+                return self._write_limited(rows, convert, codec, check_timeout(timeout))
             self._before_write()
             # One lock around the write and the sampler's bookkeeping: a concurrent sample or
             # priority update never sees rows its sampler has not been told about.
@@ -392,6 +410,28 @@ class ReplayBuffer(BufferBase[Sampled]):
             raise clear from err
         self._after_write()
         return index
+
+    def _write_limited(
+        self, rows: Any, convert: bool, codec: Any, timeout: float | None
+    ) -> torch.Tensor:
+        """:meth:`_write` with a rate limiter: rows ``[a, b)`` at a time, as its band allows."""
+        storage, gate = self._storage, self._gate
+        assert gate is not None
+        n = rows.batch_size[0]
+
+        def write(a: int, b: int, commit) -> torch.Tensor:
+            part = rows if b - a == n else rows[a:b]
+            self._before_write()
+            with storage.lock:
+                index = storage.extend(part)
+                if convert:
+                    storage.codec = codec
+                self._sampler.on_extend(index, storage)
+                commit(len(storage))  # under the lock: a checkpoint holds rows and count
+            self._after_write()
+            return index
+
+        return write_limited(gate, n, timeout, write, torch.cat)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -501,7 +541,13 @@ class ReplayBuffer(BufferBase[Sampled]):
             out.set(key, value)
         return Sampled(batch, out)
 
-    def sample(self, batch_size: int | None = None, *, return_info: bool = False):
+    def sample(
+        self,
+        batch_size: int | None = None,
+        *,
+        return_info: bool = False,
+        timeout: float | None = None,
+    ):
         """Draw a ``[batch_size]`` batch (new memory; writing to it changes nothing stored).
 
         With ``return_info=True`` returns ``(batch, info)``, ``info`` holding
@@ -509,8 +555,13 @@ class ReplayBuffer(BufferBase[Sampled]):
         ``"priority_weight"``) when the sampler has weights, and a sampler's own
         entries (TorchRL's slice entries, see :class:`~mixreplay.SliceSampler`).
         With ``prefetch``, the batch comes from the prefetch thread (see :mod:`mixreplay.prefetch`).
+        With a rate limiter, waits up to ``timeout`` seconds (``None``: until allowed, or
+        until :meth:`close`) for its band to let the batch through (see :mod:`mixreplay.rate_limit`).
         """
-        drawn, _ = self._draw(batch_size, return_info)
+        if self._gate is not None:  # rate limiter: wait for its band, then draw
+            drawn, _ = self._limited(batch_size, timeout, self._draw, return_info)
+        else:
+            drawn, _ = self._draw(batch_size, return_info)
         return (drawn.batch, drawn.info) if return_info else drawn.batch
 
     def __iter__(self):
@@ -521,7 +572,10 @@ class ReplayBuffer(BufferBase[Sampled]):
                 "batches, so set batch_size= at construction (or call sample(n) in a loop)"
             )
         while True:
-            drawn, ran_out = self._draw(None, False)
+            if self._gate is not None:  # rate limiter: wait for its band, then draw
+                drawn, ran_out = self._limited(None, None, self._draw, False)
+            else:
+                drawn, ran_out = self._draw(None, False)
             yield drawn.batch
             if ran_out:
                 return
@@ -583,12 +637,17 @@ class ReplayBuffer(BufferBase[Sampled]):
         self._storage.empty()
         if empty_write_count:
             self._storage.reset_write_count()
+        if self._gate is not None:  # rate limiter: counting starts again
+            self._gate.reset(0)
 
     # -- state and checkpoints (mixreplay.checkpoint) ---------------------------------------
 
     def state_lock(self) -> AbstractContextManager[Any]:
         """Hold while reading :meth:`state_dict` with ``copy=False`` (and writing it out)."""
         return self._storage.lock
+
+    def _online_rows(self) -> int:
+        return len(self._storage)
 
     def state_dict(self, *, copy: bool = True, by_reference: bool = False) -> dict[str, Any]:
         """The buffer's state: storage, sampler and generator, as tensors and JSON values.
@@ -612,6 +671,7 @@ class ReplayBuffer(BufferBase[Sampled]):
                 "storage": storage.reference() if by_reference else storage.state_dict(copy=copy),
                 "sampler": sampler_state(self._sampler),
                 **self._generators_state(),
+                **self._rate_limiter_state(),
             }
 
     def plan_load_state_dict(self, state: Any, *, allow_offline_mismatch: bool = False) -> Plan:
@@ -655,6 +715,7 @@ class ReplayBuffer(BufferBase[Sampled]):
         if restore_sampler:
             plans.append(plan_sampler(self._sampler, state.get("sampler"), "sampler"))
         plans.append(self._plan_generators(state))
+        plans.append(self._plan_rate_limiter(state))  # after the rows: it reads their count
 
         def apply() -> None:
             with self._storage.lock:

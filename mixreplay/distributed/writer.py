@@ -14,6 +14,7 @@ from tensordict import TensorDictBase
 
 from mixreplay._validate import check_int
 from mixreplay.distributed.chunks import ChunkIds, mint_writer_id
+from mixreplay.distributed.limited import Blocked, Poll
 from mixreplay.distributed.wire import (
     MAX_MESSAGE_BYTES,
     MAX_SPLIT,
@@ -23,6 +24,7 @@ from mixreplay.distributed.wire import (
     write_row,
 )
 from mixreplay.errors import BufferActorError, WriterEvictedError
+from mixreplay.rate_limit import check_timeout
 from mixreplay.storages.base import check_row
 
 __all__ = ["RayWriter"]
@@ -83,6 +85,15 @@ class RayWriter:
     and the writer refuses every later call with it: write the remaining rows with
     a new writer.
 
+    Rate limits: when the buffer's rate limiter holds this writer's rows (the
+    learner is behind), the actor writes what its band allows and answers the rest
+    held; the writer then sends one message at a time, after pauses of 1 to 10 ms,
+    and :meth:`add`, :meth:`extend` and :meth:`flush` wait instead of staging more
+    (so a collector runs no further ahead than the band and one message). After
+    ``timeout`` seconds without a row going in they raise
+    :class:`~mixreplay.errors.RateLimitTimeoutError`; the writer keeps the rows not
+    written, and a later call (or :meth:`flush`) sends them, exactly once.
+
     Create it with :meth:`RayReplayBuffer.writer`; as a context manager it
     closes on exit (:meth:`close`: flush, then tell the actor it is done). In a collector (a Ray task or actor) handed the buffer's
     handle ``rb`` (the example of :class:`~mixreplay.distributed.RayReplayBuffer`
@@ -100,6 +111,7 @@ class RayWriter:
         chunk_rows: int | None = None,
         max_in_flight: int = 4,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        timeout: float | None = None,
         **extend_kwargs,
     ):
         if chunk_rows is not None:
@@ -126,6 +138,9 @@ class RayWriter:
         # retried makes its writers again in the same order, with the same identities.
         self._ids = ChunkIds(mint_writer_id("writer"))
         self._refused: WriterEvictedError | None = None  # once set, every call raises it
+        self._timeout = check_timeout(timeout)
+        self._held = False  # the rate limiter holds this writer's rows: one message at a time
+        self._poll: Poll | None = None  # the pauses since the last row went in
         self.rows_sent = 0
         self.messages_sent = 0
         self.messages_resent = 0
@@ -136,6 +151,7 @@ class RayWriter:
         """Stage one row (a TensorDict with batch ``[]``)."""
         if self._refused is not None:
             raise self._refused
+        self._poll = None
         check_row(row)
         leaves = self._packer.leaves(row)
         self._ready_for(self._packer)
@@ -148,6 +164,7 @@ class RayWriter:
         """Stage the rows of ``data`` (batch ``[n]``), sending full chunks as they fill."""
         if self._refused is not None:
             raise self._refused
+        self._poll = None
         n = check_rows(data)
         packer = self._packer
         leaves = packer.leaves(data)
@@ -192,7 +209,7 @@ class RayWriter:
     def _maybe_send(self) -> None:
         """Send the staged rows if a message slot is free; otherwise keep staging."""
         if len(self._pending) >= self._max_in_flight and not self._reap():
-            if self._staged < self._stage.shape[0]:
+            if self._staged < self._stage.shape[0] and not self._held:
                 return  # the actor is behind: coalesce into a larger message
             self._wait_for_slot()
         self._send_stage()
@@ -217,7 +234,7 @@ class RayWriter:
         """Wait for the oldest message in flight to be acknowledged."""
         msg = self._pending.popleft()
         try:
-            self._handle._get(msg.ref, _RETRY)
+            result = self._handle._get(msg.ref, _RETRY)
         except BufferActorError:
             # It, and every message sent after it, may or may not have been written:
             # keep them all, to be resent under their ids (the actor drops repeats).
@@ -238,20 +255,50 @@ class RayWriter:
         except BaseException:
             self._ids.done([msg.start])  # refused by the buffer (its error): never resent
             raise
+        if isinstance(result, Blocked):
+            self._hold(msg, result)
+            return
+        self._held, self._poll = False, None
         self._ids.done([msg.start])
 
-    def _drain(self) -> None:
-        """Submit the unsent messages in order (waiting for free slots), failed ones again."""
+    def _hold(self, msg: _Message, blocked: Blocked) -> None:
+        """The rate limiter holds ``msg`` (in part): it and the later ones wait, then go again."""
+        later = list(self._pending)  # held behind it by the actor (rows stay in order)
+        self._pending.clear()
+        _settle_refs([m.ref for m in later])
+        for m in (msg, *later):
+            m.ref = None  # held, not failed: sent again, not counted as resent
+        self._unsent = sorted([*self._unsent, msg, *later], key=lambda m: m.start)
+        self._held = True
+        if self._poll is None:
+            self._poll = Poll(self._timeout, self._handle._killed)
+        self._poll.pause(blocked, f"a RayWriter's rows ({self.rows_staged + self.in_flight} kept)")
+
+    def _drain(self, wait: bool = True) -> None:
+        """Submit the unsent messages in order (waiting for free slots), failed ones again.
+
+        While the rate limiter holds this writer's rows, one at a time: each waited for
+        (unless not ``wait``) before the next goes.
+        """
         while self._unsent:
-            self._wait_for_slot()
+            if self._held:
+                if self._pending:
+                    if not wait:
+                        return
+                    self._ack()
+                    continue
+            else:
+                self._wait_for_slot()
+                if self._held:  # a message came back held while waiting for a slot
+                    continue
             msg = self._unsent.pop(0)
             if msg.ref is not None:
                 self.messages_resent += 1
             self._submit(msg)
 
-    def _send_stage(self) -> None:
+    def _send_stage(self, wait: bool = True) -> None:
         self._queue_stage()
-        self._drain()
+        self._drain(wait)
 
     def _queue_stage(self) -> None:
         if self._staged:
@@ -283,13 +330,18 @@ class RayWriter:
         """
         if self._refused is not None:
             raise self._refused
-        self._drain()
+        self._poll = None
+        self._drain(wait)
         if self._staged:
-            self._wait_for_slot()
-            self._send_stage()
+            if not self._held:
+                self._wait_for_slot()
+            self._send_stage(wait)
         if wait:
-            while self._pending:
-                self._ack()
+            while self._pending or self._unsent:
+                if self._pending:
+                    self._ack()
+                else:
+                    self._drain()
 
     @property
     def rows_staged(self) -> int:

@@ -32,6 +32,7 @@ from mixreplay.buffers.replay import Drawer
 from mixreplay.errors import CheckpointError, EmptyBufferError, PriorityError, SchemaMismatchError
 from mixreplay.layout import PackedRows, RowLayout, new_tensordict
 from mixreplay.mixing.source import MixSource, strip_bookkeeping
+from mixreplay.rate_limit import check_timeout, make_gate, write_limited
 from mixreplay.schema import NestedKey, Schema, format_key, normalize_key
 from mixreplay.storages.base import check_rows
 from mixreplay.transforms import Transform
@@ -141,6 +142,24 @@ class MixingBuffer(BufferBase[MixedDraw]):
                 self._check_source_key(src.stored_schema)
         self._refresh_layout()
 
+    def _init_rate_limiter(self, rate_limiter: Any) -> None:
+        """Set up ``rate_limiter`` (see :mod:`mixreplay.rate_limit`); after :meth:`_init_sources`."""
+        self._gate = make_gate(
+            rate_limiter,
+            owner=type(self).__name__,
+            capacity=sum(s.capacity for i, s in enumerate(self._sources) if self._inserted(i)),
+            size=self._online_rows(),
+            batch_size=self._batch_size,
+            sources=[(name, s.obj) for name, s in zip(self._names, self._sources)],
+        )
+
+    def _inserted(self, i: int) -> bool:
+        """Whether rows written to source ``i`` are inserts (it is written, not referenced)."""
+        return not self._by_reference(i)
+
+    def _online_rows(self) -> int:
+        return sum(len(s) for i, s in enumerate(self._sources) if self._inserted(i))
+
     # -- subclass hooks --------------------------------------------------------------------
 
     def _split(self, batch_units: int, live: list[int], sizes: list[int]) -> list[int]:
@@ -194,18 +213,41 @@ class MixingBuffer(BufferBase[MixedDraw]):
                 incoming, names=(self._names[i], self._names[target]), fix=SCHEMA_FIX
             )
 
-    def _write(self, target: int, data: TensorDictBase) -> torch.Tensor:
+    def _write(
+        self, target: int, data: TensorDictBase, timeout: float | None = None
+    ) -> torch.Tensor:
         """Write rows to source ``target``, checking that they mix first."""
         src = self._sources[target]
         check_rows(data)  # mixed batches are TensorDicts: the other data types are ReplayBuffer's
         if src.stored_schema is None and isinstance(data, TensorDictBase) and data.batch_dims >= 1:
             self._check_schemas(src.incoming_schema(data), target)
+        if self._gate is not None:  # rate limiter: in the parts its band allows
+            return self._write_limited(src, data, check_timeout(timeout))
         self._before_write()
         index = src.extend(data)
         if not self._fused:
             self._refresh_layout()
         self._after_write()
         return index
+
+    def _write_limited(
+        self, src: MixSource, data: TensorDictBase, timeout: float | None
+    ) -> torch.Tensor:
+        """:meth:`_write` with a rate limiter: rows ``[a, b)`` at a time, as its band allows."""
+        assert self._gate is not None
+        n = data.batch_size[0]
+
+        def write(a: int, b: int, commit) -> torch.Tensor:
+            self._before_write()
+            with src.lock():  # re-entrant; held so that a checkpoint holds rows and count
+                index = src.extend(data if b - a == n else data[a:b])
+                commit(self._online_rows())
+            if not self._fused:
+                self._refresh_layout()
+            self._after_write()
+            return index
+
+        return write_limited(self._gate, n, timeout, write, torch.cat)
 
     def _transforms_stamp(self) -> int:
         # versions only grow, so the sum changes whenever any transform changes
@@ -339,7 +381,13 @@ class MixingBuffer(BufferBase[MixedDraw]):
             if any(r is None or r.counts != counts for r in p.queued()):  # None: a failed draw
                 p.discard()
 
-    def sample(self, batch_size: int | None = None, *, return_info: bool = False) -> Any:
+    def sample(
+        self,
+        batch_size: int | None = None,
+        *,
+        return_info: bool = False,
+        timeout: float | None = None,
+    ) -> Any:
         """Draw one flat ``[batch_size]`` batch: each source's rows in source order.
 
         Args:
@@ -350,12 +398,21 @@ class MixingBuffer(BufferBase[MixedDraw]):
                 (index of its source), ``"index"`` (its row in that source, -1
                 when a foreign source does not say) and ``"weight"`` (importance
                 weight; 1 for uniformly sampled rows) when any source is prioritized.
+            timeout: with a rate limiter, how long to wait for its band to let the
+                batch through (seconds; ``None``: until allowed, or until :meth:`close`);
+                see :mod:`mixreplay.rate_limit`.
 
         Returns:
             The batch (new memory), or ``(batch, info)``.
 
         With ``prefetch``, the batch comes from the prefetch thread (see :mod:`mixreplay.prefetch`).
         """
+        if self._gate is not None:  # rate limiter: wait for its band, then draw
+            return self._limited(batch_size, timeout, self._sample_unlimited, return_info)
+        return self._sample_unlimited(batch_size, return_info)
+
+    def _sample_unlimited(self, batch_size: int | None, return_info: bool) -> Any:
+        """:meth:`sample`, once the rate limiter (if any) let it through."""
         if not return_info:
             batch = self._sample_lean(batch_size)
             if batch is not None:
@@ -636,6 +693,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
                     for i, (name, src) in enumerate(zip(self._names, self._sources))
                 },
                 **self._mixing_state(),
+                **self._rate_limiter_state(),
             }
 
     def plan_load_state_dict(self, state: Any, *, allow_offline_mismatch: bool = False) -> Plan:
@@ -667,6 +725,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
                 ) from None
         plans.append(self._plan_generators(state))
         plans.append(self._plan_mixing_state(state))
+        plans.append(self._plan_rate_limiter(state))  # after the rows: it reads their count
 
         def apply() -> None:
             with self.state_lock():

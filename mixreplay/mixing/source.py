@@ -118,6 +118,11 @@ class MixSource(abc.ABC):
         return False
 
     @property
+    def capacity(self) -> int:
+        """Rows it can hold (a writable source's storage capacity; a read-only one's rows)."""
+        return len(self)
+
+    @property
     def write_count(self) -> int:
         """Rows written through :meth:`extend` since creation."""
         return 0
@@ -263,6 +268,10 @@ class BufferSource(MixSource):
     @property
     def prioritized(self) -> bool:
         return self.buffer.sampler.prioritized
+
+    @property
+    def capacity(self) -> int:
+        return int(self.buffer.storage.max_size)
 
     def __len__(self) -> int:
         return len(self.buffer)

@@ -105,10 +105,14 @@ T = TypeVar("T")
 
 def check_timeout(timeout: Any) -> float | None:
     """``timeout``: ``None`` (wait until allowed or closed) or seconds ``>= 0``."""
-    if timeout is None:
+    if timeout is None or (isinstance(timeout, float) and timeout == math.inf):
         return None
     return check_real(
-        timeout, "timeout", min=0, what="seconds >= 0 or None", hint="e.g. timeout=30.0"
+        timeout,
+        "timeout",
+        min=0,
+        what="seconds >= 0 or None",
+        hint="e.g. timeout=30.0, or None to wait until allowed",
     )
 
 
@@ -366,7 +370,7 @@ class SampleToInsertRatio(RateLimiter):
                 "error_buffer",
                 min=0,
                 what="a number >= 0 or a (min_diff, max_diff) pair",
-                hint=f"e.g. error_buffer={max(1.0, spi) * 2:g}",
+                hint=f"e.g. error_buffer={max(1.0, spi) * 2:g}, or a (min_diff, max_diff) pair",
             )
             lo, hi = offset - eb, offset + eb
             saved = eb
@@ -498,6 +502,7 @@ class RateGate:
         self._pending_inserts = 0
         self._pending_samples = 0
         self._closed = False
+        self._waiting = 0  # calls waiting on the condition
         self._batch_ok = -1  # the last batch size checked against the band
 
     # -- waiting ----------------------------------------------------------------------------
@@ -515,13 +520,19 @@ class RateGate:
             out = ready()
             if out:
                 return out
-            if deadline is None:
-                self._cond.wait()
-                continue
-            left = deadline - time.monotonic()
-            if left <= 0:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
                 raise fail()
-            self._cond.wait(left)
+            self._waiting += 1  # the counts' changes notify only while someone waits
+            try:
+                self._cond.wait(left)
+            finally:
+                self._waiting -= 1
+
+    def _changed(self) -> None:
+        """The counts changed (caller holds the condition): wake the waiters to look again."""
+        if self._waiting:
+            self._cond.notify_all()
 
     def _timeout(
         self, call: str, timeout: float | None, written: int = 0, index: Any = None
@@ -564,7 +575,7 @@ class RateGate:
                 self._pending_samples -= n
                 if done:
                     self._samples += n
-                self._cond.notify_all()
+                self._changed()
         return out
 
     # -- inserting --------------------------------------------------------------------------
@@ -582,7 +593,12 @@ class RateGate:
             )
 
         with self._cond:
-            k = 0 if self._closed else fits()
+            pending = self._pending_inserts
+            k = 0
+            if not self._closed:
+                k = lim.inserts_allowed(
+                    self._inserts + pending, self._samples, self._size + pending, n
+                )
             if not k:
                 k = self._wait(
                     fits,
@@ -603,13 +619,13 @@ class RateGate:
             self._pending_inserts -= k
             self._inserts += k
             self._size = size
-            self._cond.notify_all()
+            self._changed()
 
     def cancel_insert(self, k: int) -> None:
         """``k`` reserved rows were not written (the write failed)."""
         with self._cond:
             self._pending_inserts -= k
-            self._cond.notify_all()
+            self._changed()
 
     # -- the buffer's life ------------------------------------------------------------------
 
@@ -696,7 +712,7 @@ class RateGate:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         del state["_cond"]  # a copy waits on a condition of its own
-        state.update(_pending_inserts=0, _pending_samples=0)
+        state.update(_pending_inserts=0, _pending_samples=0, _waiting=0)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

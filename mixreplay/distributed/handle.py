@@ -438,7 +438,13 @@ class RayReplayBuffer:
             except (RateLimitTimeoutError, BufferClosedError):
                 ids.done(starts)  # the rows not written are abandoned: the caller is told which
                 raise
-            parts[held:] = send(held)
+            try:
+                parts[held:] = send(held)
+            except BufferActorError as err:
+                if self._killed.is_set():  # killed while it waited
+                    ids.done(starts)
+                    raise _killed_while(f"extend of {words.shape[0]:,} rows") from err
+                raise
         ids.done(starts)
         return parts
 
@@ -512,7 +518,12 @@ class RayReplayBuffer:
         timeout = check_timeout(timeout)
         poll = None
         while True:
-            batch, info = self._next_batch(batch_size, bool(return_info), k)
+            try:
+                batch, info = self._next_batch(batch_size, bool(return_info), k)
+            except BufferActorError as err:
+                if poll is not None and self._killed.is_set():  # killed while it waited
+                    raise _killed_while("sample()") from err
+                raise
             if not isinstance(batch, Blocked):
                 return (batch, info) if return_info else batch
             if poll is None:
@@ -641,6 +652,12 @@ class RemoteMethod:
 
     def __repr__(self) -> str:
         return f"<remote method {self._name} of {self._handle!r}>"
+
+
+def _killed_while(call: str) -> BufferClosedError:
+    return BufferClosedError(
+        f"the buffer actor was killed (kill()) while {call} waited for its rate limiter"
+    )
 
 
 def _get(refs, describe: dict, actor, retry: str | None = None):

@@ -23,7 +23,7 @@ from mixreplay.distributed.wire import (
     inline_rows,
     write_row,
 )
-from mixreplay.errors import BufferActorError, WriterEvictedError
+from mixreplay.errors import BufferActorError, BufferClosedError, WriterEvictedError
 from mixreplay.rate_limit import check_timeout
 from mixreplay.storages.base import check_row
 
@@ -235,7 +235,12 @@ class RayWriter:
         msg = self._pending.popleft()
         try:
             result = self._handle._get(msg.ref, _RETRY)
-        except BufferActorError:
+        except BufferActorError as err:
+            if self._held and self._handle._killed.is_set():  # killed while the rows waited
+                raise BufferClosedError(
+                    "the buffer actor was killed (kill()) while this RayWriter's rows waited "
+                    "for its rate limiter"
+                ) from err
             # It, and every message sent after it, may or may not have been written:
             # keep them all, to be resent under their ids (the actor drops repeats).
             failed = [msg, *self._pending]

@@ -144,10 +144,12 @@ class MixingBuffer(BufferBase[MixedDraw]):
 
     def _init_rate_limiter(self, rate_limiter: Any) -> None:
         """Set up ``rate_limiter`` (see :mod:`mixreplay.rate_limit`); after :meth:`_init_sources`."""
+        #: the sources whose rows are inserts (written, not referenced)
+        self._inserted_sources = [s for i, s in enumerate(self._sources) if self._inserted(i)]
         self._gate = make_gate(
             rate_limiter,
             owner=type(self).__name__,
-            capacity=sum(s.capacity for i, s in enumerate(self._sources) if self._inserted(i)),
+            capacity=sum(s.capacity for s in self._inserted_sources),
             size=self._online_rows(),
             batch_size=self._batch_size,
             sources=[(name, s.obj) for name, s in zip(self._names, self._sources)],
@@ -158,7 +160,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
         return not self._by_reference(i)
 
     def _online_rows(self) -> int:
-        return sum(len(s) for i, s in enumerate(self._sources) if self._inserted(i))
+        return sum([len(s) for s in self._inserted_sources])
 
     # -- subclass hooks --------------------------------------------------------------------
 

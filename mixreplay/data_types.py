@@ -30,6 +30,7 @@ Examples:
 from __future__ import annotations
 
 import abc
+import collections
 import importlib
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -38,7 +39,7 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, is_tensorclass
 from torch.utils import _pytree as pytree
 
-from mixreplay.errors import DataStructureError, MixreplayError
+from mixreplay.errors import CheckpointError, DataStructureError, MixreplayError
 from mixreplay.layout import new_tensordict
 
 __all__ = [
@@ -48,9 +49,12 @@ __all__ = [
     "TensorRows",
     "TreeRows",
     "codec_from_json",
+    "device_of",
     "explain_write_error",
     "is_collection",
     "one_row",
+    "pin_memory",
+    "to_device",
     "to_rows",
 ]
 
@@ -281,13 +285,21 @@ class TreeRows(Codec):
         return pytree.tree_unflatten([rows.get(k) for k in self.keys], self.spec)
 
     def to_json(self) -> dict[str, Any]:
+        """The structure as JSON; refused (``CheckpointError``) unless it reads back exactly."""
         try:
             spec = pytree.treespec_dumps(self.spec)
-        except Exception as err:  # a node type torch cannot serialise
-            raise TypeError(
+            exact = _load_spec(spec) == self.spec
+        except Exception as err:  # a node type or a key torch cannot serialise
+            raise CheckpointError(
                 f"the structure of this storage's pytree cannot be saved ({err}); "
                 "store a TensorDict or a tensorclass to checkpoint it"
             ) from None
+        if not exact:
+            raise CheckpointError(
+                f"the structure of this storage's pytree ({self.describe()}) would not read back "
+                "as it is (its keys do not survive JSON); store a TensorDict or a tensorclass, "
+                "or use str keys, to checkpoint it"
+            )
         return {"kind": self.kind, "spec": spec, "keys": list(self.keys)}
 
     def describe(self) -> str:
@@ -358,6 +370,41 @@ def _stack(items: list[Any]) -> Any:
             "holds items (one row each) that must share one structure and shape; a batch "
             f"whose leaves already hold the rows goes in a tuple or a dict ({err})"
         ) from None
+
+
+def device_of(data: Any) -> torch.device | None:
+    """The device every tensor of a batch of any type above is on (``None``: several or none)."""
+    if isinstance(data, (TensorDictBase, torch.Tensor)) or is_tensorclass(data):
+        return data.device
+    devices = {leaf.device for leaf in pytree.tree_leaves(data) if isinstance(leaf, torch.Tensor)}
+    return devices.pop() if len(devices) == 1 else None
+
+
+def to_device(data: Any, device: torch.device, non_blocking: bool = False) -> Any:
+    """A batch of any type above, moved to ``device`` (one copy per leaf not already there)."""
+    if isinstance(data, (TensorDictBase, torch.Tensor)) or is_tensorclass(data):
+        return data.to(device, non_blocking=non_blocking)
+    return pytree.tree_map(
+        lambda leaf: (
+            leaf.to(device, non_blocking=non_blocking) if isinstance(leaf, torch.Tensor) else leaf
+        ),
+        data,
+    )
+
+
+def pin_memory(data: Any) -> Any:
+    """A batch of any type above in page-locked memory (leaves off the host are left as they are)."""
+    if isinstance(data, (TensorDictBase, torch.Tensor)) or is_tensorclass(data):
+        device = data.device
+        return data if device is not None and device.type != "cpu" else data.pin_memory()
+    return pytree.tree_map(
+        lambda leaf: (
+            leaf.pin_memory()
+            if isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu"
+            else leaf
+        ),
+        data,
+    )
 
 
 def as_batch(data: Any) -> Any:
@@ -446,8 +493,38 @@ def _tensorclass_from_json(state: dict[str, Any]) -> Codec:
     return TensorClassRows(_import_class(state["class"]), tuple(state["row_batch"]), nested)  # type: ignore[arg-type]
 
 
+def _as_key(value: Any) -> Any:
+    # JSON writes a tuple as a list; no dict key can be a list, so a list key was a tuple
+    return tuple(_as_key(v) for v in value) if isinstance(value, list) else value
+
+
+#: the containers a saved structure names by their builtin name; another package may register a
+#: type of its own under that name (tensordict does, for "builtins.list"), which loading would
+#: otherwise give back instead of the builtin
+_BUILTINS = {f"builtins.{t.__name__}": t for t in (list, tuple, dict)}
+
+
+def _with_keys(spec: pytree.TreeSpec) -> pytree.TreeSpec:
+    if spec.is_leaf():
+        return spec
+    node = spec.type
+    entry = pytree.SUPPORTED_SERIALIZED_TYPES.get(node)
+    if entry is not None:
+        node = _BUILTINS.get(entry.serialized_type_name, node)
+    context = spec.context
+    if node in (dict, collections.OrderedDict) and isinstance(context, list):
+        context = [_as_key(k) for k in context]
+    return pytree.TreeSpec(node, context, [_with_keys(c) for c in spec.children()])
+
+
+def _load_spec(saved: str) -> pytree.TreeSpec:
+    """A structure saved by ``treespec_dumps`` as it was: its dict keys (tuples included) and
+    its builtin containers."""
+    return _with_keys(pytree.treespec_loads(saved))
+
+
 def _tree_from_json(state: dict[str, Any]) -> Codec:
-    return TreeRows(pytree.treespec_loads(state["spec"]), tuple(state["keys"]))
+    return TreeRows(_load_spec(state["spec"]), tuple(state["keys"]))
 
 
 _KINDS.update(

@@ -26,7 +26,17 @@ generator's state and the samplers' draw state, see
 batches not yet handed out and restores that record, as if they had never been
 drawn. Buffers discard before a checkpoint and before a sample of another
 size, so a checkpoint holds the state of a buffer that drew exactly the batches
-it returned.
+it returned. A draw that fails is handed out as its error, in its place: the
+draws asked for after it are undone, and the buffer is left as the failed draw
+left it, exactly as a buffer without prefetching is (the next ``sample()``
+draws the next batch; it does not retry the failed one).
+
+Pausing: :meth:`Prefetcher.paused` undoes the queued draws and holds the worker
+idle until it is left: nothing is drawn ahead meanwhile, and a ``sample()`` in
+that window draws in the caller's thread. Buffers pause around everything that
+reads or replaces their whole state (``state_lock()``, ``state_dict()``,
+``dumps``, ``load_state_dict``, ``empty``); the lock order this serves is
+written in :mod:`mixreplay.buffers.base`.
 
 The thread stops with the buffer's ``close()`` (also on leaving a ``with``
 block, and when the buffer is garbage-collected).
@@ -35,16 +45,18 @@ block, and when the buffer is garbage-collected).
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import weakref
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any, Generic, TypeVar
 
 import torch
 
+from mixreplay import data_types
 from mixreplay._validate import check_bool, check_int
 
 __all__ = ["Prefetcher", "check_pin_memory", "check_prefetch", "pin"]
@@ -86,10 +98,8 @@ def check_pin_memory(pin_memory) -> bool:
 
 
 def pin(batch):
-    """``batch`` in page-locked memory, when it is on the CPU."""
-    if batch.device is not None and batch.device.type != "cpu":
-        return batch
-    return batch.pin_memory()
+    """``batch`` (of any data type a buffer gives back) in page-locked memory, when on the CPU."""
+    return data_types.pin_memory(batch)
 
 
 class Prefetcher(Generic[T]):
@@ -103,6 +113,10 @@ class Prefetcher(Generic[T]):
         restore: puts a snapshot back.
         ran_out: called after each draw; whether that draw ended an epoch
             (see :class:`~mixreplay.samplers.SamplerWithoutReplacement`).
+
+    ``self._lock`` guards the queue; it is held while waiting for the worker only by
+    :meth:`discard`, :meth:`drop`, :meth:`revise` and :meth:`paused`'s entry, and the worker
+    itself never takes it, so a caller that holds no storage lock never waits on it for long.
     """
 
     def __init__(
@@ -125,6 +139,7 @@ class Prefetcher(Generic[T]):
         self._queue: collections.deque[Future] = collections.deque()
         self._lock = threading.Lock()
         self._started = False  # writes refill the queue only once sampling has begun
+        self._pauses = 0  # > 0: nothing is asked of the worker (see paused())
         # The finalizer holds the executor, not the prefetcher: a dropped buffer stops its thread.
         self._finalizer = weakref.finalize(
             self, self._executor.shutdown, wait=False, cancel_futures=True
@@ -150,6 +165,8 @@ class Prefetcher(Generic[T]):
 
     def _top_up(self) -> None:
         # depth + 1: the pop that follows leaves ``depth`` batches asked for between calls.
+        if self._pauses:
+            return
         while len(self._queue) < self.depth + 1:
             self._queue.append(self._executor.submit(self._job))
 
@@ -159,24 +176,40 @@ class Prefetcher(Generic[T]):
             if self._started and not self.closed:
                 self._top_up()
 
+    def _closed_error(self) -> RuntimeError:
+        return RuntimeError(
+            "the buffer was closed: its prefetch thread is stopped; build a new buffer"
+        )
+
     def next(self) -> tuple[T, bool]:
         """The oldest prefetched result and its ``ran_out`` flag (drawn now if none is queued).
 
-        An error raised by the draw is raised here; the draws asked for after it are
-        discarded (rewound), so the next call starts again from the failed draw.
+        An error raised by the draw is raised here, in the draw's place: the draws asked
+        for after it are undone, and the state is the one the failed draw left (as
+        without prefetching). While :meth:`paused`, the draw runs in the caller's thread.
+        The wait for the worker holds no lock.
         """
         if self.closed:
-            raise RuntimeError(
-                "the buffer was closed: its prefetch thread is stopped; build a new buffer"
-            )
+            raise self._closed_error()
         with self._lock:
-            self._started = True
-            self._top_up()
-            state, result, err, ran_out = self._queue.popleft().result()
-            if err is not None:
-                self._discard_locked()
-                self._call(self._restore, state)
-                raise err
+            inline = bool(self._pauses)
+            if not inline:
+                self._started = True
+                self._top_up()
+                future = self._queue.popleft()
+        if inline:
+            _, result, err, ran_out = self._job()
+        else:
+            try:
+                _, result, err, ran_out = future.result()
+            except CancelledError:  # close() from another thread cancelled this draw
+                raise self._closed_error() from None
+        if err is not None:
+            with self._lock:
+                after = self._discard_locked()  # the state right after the failed draw
+                if after is not None:
+                    self._call(self._restore, after)
+            raise err
         return result, ran_out
 
     def wait(self) -> None:
@@ -192,7 +225,8 @@ class Prefetcher(Generic[T]):
         if not pending:
             return None
         wait_futures(pending)
-        return pending[0].result()[0]
+        first = pending[0]
+        return None if first.cancelled() else first.result()[0]
 
     def discard(self) -> None:
         """Drop the batches not handed out yet and rewind to before they were drawn."""
@@ -205,6 +239,42 @@ class Prefetcher(Generic[T]):
         """Drop the batches not handed out yet without rewinding (the state is being replaced)."""
         with self._lock:
             self._discard_locked()
+
+    def revise(self, keep: Callable[[list[T | None]], bool]) -> None:
+        """Keep the queued batches if ``keep(results)`` says so (``None`` for a failed draw),
+        else discard them; no draw is asked for meanwhile (``keep`` sees a still queue)."""
+        with self._lock:
+            pending = list(self._queue)
+            if not pending:
+                return
+            wait_futures(pending)
+            if not keep([f.result()[1] for f in pending]):
+                state = self._discard_locked()
+                if state is not None:
+                    self._call(self._restore, state)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Undo the queued draws and keep the worker idle until left (re-entrant).
+
+        Meanwhile writes ask for no draws and :meth:`next` draws in the caller's thread,
+        so a caller inside may take storage locks and read or replace the whole state
+        without the worker ever waiting on them.
+        """
+        with self._lock:
+            self._pauses += 1
+            try:
+                state = self._discard_locked()
+                if state is not None:
+                    self._call(self._restore, state)
+            except BaseException:
+                self._pauses -= 1
+                raise
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._pauses -= 1
 
     def queued(self) -> list[T | None]:
         """The results waiting to be handed out, oldest first (``None`` for a failed draw)."""

@@ -613,11 +613,12 @@ class RateGate:
             self._pending_inserts += k
         return k
 
-    def commit_insert(self, k: int, size: int) -> None:
-        """``k`` reserved rows were written; the buffer now holds ``size`` online rows."""
+    def commit_insert(self, k: int, size: int, rows: int) -> None:
+        """``k`` reserved rows went in as ``rows`` rows (fewer if a write-side transform
+        dropped some); the buffer now holds ``size`` online rows."""
         with self._cond:
             self._pending_inserts -= k
-            self._inserts += k
+            self._inserts += rows
             self._size = size
             self._changed()
 
@@ -728,14 +729,15 @@ def write_limited(
     gate: RateGate,
     n: int,
     timeout: float | None,
-    write: Callable[[int, int, Callable[[int], None]], Any],
+    write: Callable[[int, int, Callable[[int, int], None]], Any],
     join: Callable[[list[Any]], Any],
 ) -> Any:
     """Write ``n`` rows in the parts the band allows.
 
-    ``write(a, b, commit)`` writes rows ``[a, b)`` and calls ``commit(size)`` (the
-    online rows held after it) *under the lock that guards the rows*, so that a
-    checkpoint never holds rows without their count; it returns the slots written.
+    ``write(a, b, commit)`` writes rows ``[a, b)`` and calls ``commit(size, rows)`` (the
+    online rows held after it, and how many rows it wrote) *under the lock that guards
+    the rows*, so that a checkpoint never holds rows without their count; it returns the
+    slots written. Reserved rows it does not commit (a failed write) are given back.
     ``join`` makes one result of the parts' slots (also for the rows a timeout
     leaves written).
     """
@@ -746,9 +748,9 @@ def write_limited(
         k = gate.reserve_insert(n - a, deadline, timeout, a, lambda: join(parts))
         committed = False
 
-        def commit(size: int, k: int = k) -> None:
+        def commit(size: int, rows: int, k: int = k) -> None:
             nonlocal committed
-            gate.commit_insert(k, size)
+            gate.commit_insert(k, size, rows)
             committed = True
 
         try:

@@ -8,6 +8,7 @@ hold exactly the id the ring semantics put there.
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
 
@@ -241,3 +242,123 @@ def test_samplers_are_told_of_a_write_before_anyone_draws_from_it(kind):
         collector.join()
     assert not errors, errors
     assert auditor.draws > 10 and auditor.stale == 0
+
+
+# -- importance weights while a collector writes ---------------------------------------------
+
+
+@pytest.fixture
+def eager_thread_switches():
+    """Threads switch every 10 µs instead of every 5 ms, so a race shows in a short test."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    yield
+    sys.setswitchinterval(before)
+
+
+def small_prioritized(kind: str):
+    """A prioritized ring of 64 behind each buffer kind, and its extend."""
+    sampler = PrioritizedSampler(64, alpha=1.0, beta=1.0)
+    storage = LazyTensorStorage(64)
+    if kind == "replay":
+        rb = ReplayBuffer(storage=storage, sampler=sampler, generator=0)
+        return rb, rb.extend
+    if kind == "mixture":
+        rb = MixtureReplayBuffer(
+            {"off": OFFLINE, "on": storage},
+            {"off": 1, "on": 3},
+            samplers={"on": sampler},
+            generator=0,
+        )
+        return rb, lambda td: rb.extend(td, source="on")
+    rb = OfflineToOnlineReplayBuffer(
+        OFFLINE, online_storage=storage, online_sampler=sampler, offline_fraction=0.25, generator=0
+    )
+    return rb, rb.extend
+
+
+@pytest.mark.parametrize("kind", ["replay", "offline-to-online", "mixture"])
+def test_importance_weights_stay_in_0_1_while_a_collector_extends(kind, eager_thread_switches):
+    """A weight is ``(min_j p_j / p_i) ** beta``: read with the row's priority from the draw and
+    the smallest one after a collector's write (which can overwrite the row of the smallest) it
+    exceeded 1 (188 seen)."""
+    rb, extend = small_prioritized(kind)
+    extend(id_rows(0, 64))
+    errors: list = []
+    stop = threading.Event()
+
+    def collector():
+        n = 64
+        try:
+            while not stop.is_set():
+                extend(id_rows(n, 16))  # a quarter of the ring: new rows, of the largest priority
+                n += 16
+        except BaseException as err:  # noqa: BLE001 - reported by the test
+            errors.append(err)
+
+    writer = threading.Thread(target=collector, daemon=True)
+    rng = torch.Generator().manual_seed(0)
+    writer.start()
+    worst = 0.0
+    try:
+        for _ in range(1000):
+            _, info = rb.sample(8, return_info=True)
+            w = info["weight"]
+            assert bool((w > 0).all()) and bool(torch.isfinite(w).all())
+            worst = max(worst, float(w.max()))
+            # close priorities, so that the row of the smallest is drawn often
+            p = 1 + 99 * torch.rand(8, generator=rng)
+            rb.update_priority(info if kind != "replay" else info["index"], p)
+    finally:
+        stop.set()
+        writer.join(timeout=60)
+    assert not writer.is_alive(), "the collector thread hung"
+    assert not errors, errors
+    assert worst <= 1.0, f"an importance weight of {worst}"
+
+
+def test_writers_samplers_and_priority_updates_at_once_never_crash_a_draw(
+    eager_thread_switches,
+):
+    """3 writer threads, 2 sampler threads updating priorities, on an offline-to-online buffer
+    with a prioritized online side: no draw raises (a tree read mid-update gave a None minimum)
+    and every weight is in (0, 1]."""
+    rb, extend = small_prioritized("offline-to-online")
+    extend(id_rows(0, 64))
+    errors: list = []
+    stop = threading.Event()
+
+    def writer(seed):
+        rng = random.Random(seed)
+        n = 1000 * seed
+        while not stop.is_set():
+            k = rng.choice([1, 3, 20])
+            extend(id_rows(n, k))
+            n += k
+
+    def learner(seed):
+        rng = torch.Generator().manual_seed(seed)
+        for _ in range(150):
+            _, info = rb.sample(16, return_info=True)
+            w = info["weight"]
+            if not bool(((w > 0) & (w <= 1)).all()):
+                raise AssertionError(f"weights outside (0, 1]: {w.tolist()}")
+            rb.update_priority(info, 10 ** (torch.rand(16, generator=rng) * 6 - 3))
+
+    def guarded(fn, *args):
+        try:
+            fn(*args)
+        except BaseException as err:  # noqa: BLE001 - reported by the test
+            errors.append(err)
+
+    writers = [threading.Thread(target=guarded, args=(writer, s), daemon=True) for s in (1, 2, 3)]
+    learners = [threading.Thread(target=guarded, args=(learner, s), daemon=True) for s in (4, 5)]
+    for t in writers + learners:
+        t.start()
+    for t in learners:
+        t.join(timeout=120)
+    stop.set()
+    for t in writers:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in writers + learners), "a thread hung"
+    assert not errors, errors

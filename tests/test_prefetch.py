@@ -97,27 +97,82 @@ def test_iter_without_replacement_is_one_epoch_even_when_prefetching():
             assert sorted(sum(xs(rb), [])) == list(range(20))  # the next epoch
 
 
-def test_error_in_the_thread_surfaces_in_sample_and_leaves_the_sequence():
-    calls = {"n": 0}
+class Unlucky(Exception):
+    """What the transform below raises on the batches it refuses."""
 
-    def flaky(batch):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise RuntimeError("transform failed on purpose")
-        return batch
 
-    plain = ReplayBuffer(storage=LazyTensorStorage(100), batch_size=4, generator=5)
-    ahead = ReplayBuffer(
-        storage=LazyTensorStorage(100), batch_size=4, generator=5, prefetch=2, transform=flaky
+def refuse_some(batch):
+    """A transform that raises on about 1 batch in 10, by the rows it holds (data-dependent,
+    so a draw that is retried fails again)."""
+    if int(batch["x"].sum()) % 10 == 3:
+        raise Unlucky(f"refused the batch of x-sum {int(batch['x'].sum())}")
+    return batch
+
+
+def make_kind(kind, prefetch, transform=None):
+    """A buffer of ``kind`` whose batches go through ``transform``; rows with distinct ``x``."""
+    if kind == "replay":
+        rb = ReplayBuffer(
+            storage=LazyTensorStorage(200),
+            batch_size=8,
+            generator=5,
+            prefetch=prefetch,
+            transform=transform,
+        )
+        rb.extend(rows(60))
+        return rb
+    offline = ReplayBuffer(storage=LazyTensorStorage(100))
+    offline.extend(rows(40))
+    if kind == "offline-to-online":
+        rb = OfflineToOnlineReplayBuffer(
+            offline,
+            online_capacity=100,
+            batch_size=8,
+            generator=5,
+            prefetch=prefetch,
+            transform=transform,
+        )
+        rb.extend(rows(30, 500))
+        return rb
+    rb = MixtureReplayBuffer(
+        {"a": offline, "b": LazyTensorStorage(100)},
+        {"a": 0.3, "b": 0.7},
+        batch_size=8,
+        generator=5,
+        prefetch=prefetch,
+        transform=transform,
     )
-    plain.extend(rows(30))
-    ahead.extend(rows(30))
-    got = [ahead.sample()["x"].tolist(), ahead.sample()["x"].tolist()]
-    with pytest.raises(RuntimeError, match="transform failed on purpose"):
-        ahead.sample()
-    got += [ahead.sample()["x"].tolist() for _ in range(3)]  # the failed draw is drawn again
-    assert got == xs(plain.sample() for _ in range(5))
-    ahead.close()
+    rb.extend(rows(30, 500), source="b")
+    return rb
+
+
+def outcomes(rb, n):
+    """What ``n`` calls of ``sample()`` gave: each batch's rows, or the error's message."""
+    out = []
+    for _ in range(n):
+        try:
+            out.append(rb.sample()["x"].tolist())
+        except Unlucky as err:
+            out.append(str(err))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["replay", "offline-to-online", "mixture"])
+@pytest.mark.parametrize("depth", [1, 3])
+def test_a_failed_draw_is_handed_out_in_its_place_as_without_prefetching(kind, depth):
+    """Prefetching is invisible: the same batches and the same errors, in the same order.
+
+    A draw whose transform raises is raised by the ``sample()`` it belongs to, and the
+    next ``sample()`` draws the next batch, as a buffer without prefetching does (it used
+    to retry the failed draw, which a data-dependent failure fails again, for ever)."""
+    plain = make_kind(kind, None, refuse_some)
+    ahead = make_kind(kind, depth, refuse_some)
+    try:
+        expected = outcomes(plain, 120)
+        assert 3 <= sum(isinstance(o, str) for o in expected) <= 30  # the test sees failures
+        assert outcomes(ahead, 120) == expected
+    finally:
+        ahead.close()
 
 
 def test_empty_buffer_error_surfaces():
@@ -281,6 +336,51 @@ def test_mixture_prefetch_and_checkpoint(tmp_path):
     )
     assert ahead.write_count == 40
     ahead.close()
+
+
+@pytest.mark.parametrize("kind", ["offline-to-online", "mixture"])
+def test_a_new_step_redraws_what_it_changes_as_without_prefetching(kind):
+    """``set_step`` (a schedule moving every step) while prefetching: every batch splits as
+    the plain buffer's. A mixture carries remainders from batch to batch, so batches queued
+    under the old weights split differently from the first changed step on."""
+    from mixreplay.schedules import Linear
+
+    def make(prefetch):
+        offline = ReplayBuffer(storage=LazyTensorStorage(100))
+        offline.extend(rows(40))
+        if kind == "mixture":
+            rb = MixtureReplayBuffer(
+                {"a": offline, "b": LazyTensorStorage(100)},
+                {"a": Linear(0.9, 0.1, 60), "b": Linear(0.1, 0.9, 60)},
+                batch_size=7,
+                generator=2,
+                prefetch=prefetch,
+                source_key="src",
+            )
+            rb.extend(rows(30, 500), source="b")
+        else:
+            rb = OfflineToOnlineReplayBuffer(
+                offline,
+                online_capacity=100,
+                batch_size=7,
+                generator=2,
+                prefetch=prefetch,
+                offline_fraction=Linear(0.9, 0.1, 60),
+                source_key="src",
+            )
+            rb.extend(rows(30, 500))
+        return rb
+
+    plain, ahead = make(None), make(3)
+    try:
+        for step in range(60):
+            plain.set_step(step)
+            ahead.set_step(step)
+            bp, ba = plain.sample(), ahead.sample()
+            assert ba["src"].tolist() == bp["src"].tolist(), step
+            assert ba["x"].tolist() == bp["x"].tolist(), step
+    finally:
+        ahead.close()
 
 
 # -- properties ----------------------------------------------------------------------------------

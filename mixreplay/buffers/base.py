@@ -5,21 +5,44 @@ in what their state holds; the fields every buffer has, how a batch size is reso
 prefetch queue hands out batches and follows writes, the transforms-then-pin tail of every
 batch, the kind check of a saved state and how a state goes to and from a checkpoint
 directory are the same for all of them, and live here once.
+
+Lock order (every buffer; a rule, not a habit):
+
+1. **The prefetch queue** (:class:`~mixreplay.prefetch.Prefetcher`: its pause and its own
+   lock) comes before any storage lock. A thread that holds a storage lock never waits for
+   the prefetch worker (``wait``, ``discard``, ``next``): the worker draws under storage locks.
+   Whatever reads or replaces the whole state therefore pauses the queue first and only then
+   takes the locks: :meth:`BufferBase.state_lock` (and with it :meth:`BufferBase.dumps`),
+   ``state_dict()``, :meth:`BufferBase.load_state_dict`, ``empty()``. A pause is re-entrant,
+   so ``with rb.state_lock(): rb.state_dict(copy=False)`` is safe.
+2. **Storage locks**, re-entrant (one per storage). A mixing buffer takes its sources' locks
+   in source order and never the other way round; a draw holds one source's lock at a time.
+3. A write (``extend``, ``update_priority``) waits for the draws already asked for while it
+   holds no lock, then writes under the storage lock, then asks for the next draws after
+   releasing it.
+4. A rate limiter or any other blocking wait holds none of the locks above while it waits.
+   A rate limiter's own lock (:mod:`mixreplay.rate_limit`) is a leaf: taken under a
+   storage lock to count the rows a write put there, never held while taking another
+   lock, drawing, writing or waiting.
+
+The checkpoint layer (:mod:`mixreplay.checkpoint`) only moves a state to and from disk; it
+takes no lock of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import operator
 import os
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
 
 import torch
-from tensordict import TensorDictBase
 
-from mixreplay import checkpoint
+from mixreplay import checkpoint, data_types
 from mixreplay._state import Plan, generator_state, plan_generator
 from mixreplay._validate import check_int, describe
 from mixreplay.errors import CheckpointError
@@ -133,9 +156,9 @@ class BufferBase(Generic[R]):
 
     A subclass calls :meth:`_init_buffer` in its constructor and implements
     :meth:`_sample_now` (one batch drawn now, as its record type ``R``),
-    :meth:`_draw_snapshot`, :meth:`_restore_draws`, :meth:`state_dict`,
-    :meth:`plan_load_state_dict` and :meth:`state_lock` (and :meth:`_ran_out`
-    when its sampler has epochs).
+    :meth:`_draw_snapshot`, :meth:`_restore_draws`, :meth:`state_dict` (which holds
+    :meth:`_paused` and :meth:`_locks` while it reads), :meth:`plan_load_state_dict` and
+    :meth:`_locks` (and :meth:`_ran_out` when its sampler has epochs).
     """
 
     _batch_size: int | None
@@ -165,10 +188,12 @@ class BufferBase(Generic[R]):
         self._pin_memory = check_pin_memory(pin_memory)
         self._batch_device = check_batch_device(batch_device)
         self._device_generators = {}
-        self._prefetcher = None  # started by the first sample()
         self._prefetch_stamp: int | None = None  # the transforms the queued batches went through
         self._generator = make_generator(generator)
         self._transform = Compose.of(transform)
+        # made now, so that a pause (state_lock, dumps) always has a queue to hold still;
+        # its thread starts with the first draw asked for
+        self._prefetcher = self._new_prefetcher()
 
     # -- what a subclass provides ----------------------------------------------------------
 
@@ -194,9 +219,21 @@ class BufferBase(Generic[R]):
         """Check ``state`` whole and return the function that applies it (nothing changes yet)."""
         raise NotImplementedError
 
-    def state_lock(self) -> AbstractContextManager[Any]:
-        """Hold every lock a consistent snapshot of the state needs."""
+    def _locks(self) -> AbstractContextManager[Any]:
+        """Hold every storage lock a consistent snapshot of the state needs (in lock order)."""
         raise NotImplementedError
+
+    @contextlib.contextmanager
+    def state_lock(self) -> Iterator[None]:
+        """Hold the state still: no draw ahead, no write, while inside.
+
+        Pauses prefetching (the queued batches are undone), then takes every storage lock
+        the state needs, in the lock order of this module; a collector's ``extend`` waits
+        until the block is left, and so does a ``sample()`` from another thread. Hold it
+        while reading :meth:`state_dict` with ``copy=False`` (and writing it out).
+        """
+        with self._paused(), self._locks():
+            yield
 
     def _online_rows(self) -> int:
         """Online rows held: what a rate limiter's ``min_size_to_sample`` counts."""
@@ -278,13 +315,13 @@ class BufferBase(Generic[R]):
             self._prefetch_stamp = stamp
             self._discard_prefetched()
 
-    def _finish(self, batch: TensorDictBase) -> TensorDictBase:
+    def _finish(self, batch: Any) -> Any:
         """The tail of every batch: on ``batch_device``, this buffer's transforms, then pinning."""
         dest = self._batch_device
-        if dest is not None and batch.device != dest:
+        if dest is not None and data_types.device_of(batch) != dest:
             # the fast paths gather straight onto dest; this is the fallback (foreign storages,
             # source transforms): one copy per leaf, asynchronous only towards an accelerator
-            batch = batch.to(dest, non_blocking=dest.type != "cpu")
+            batch = data_types.to_device(batch, dest, non_blocking=dest.type != "cpu")
         if self._transform:
             batch = self._transform(batch)
         if self._pin_memory:
@@ -405,17 +442,26 @@ class BufferBase(Generic[R]):
         assert self._batch_size is not None  # check_prefetch: prefetching needs a batch size
         return self._sample_now(self._batch_size, True)
 
+    def _new_prefetcher(self) -> Prefetcher[R] | None:
+        """A prefetch queue for ``prefetch`` (``None`` without); its thread starts on first use."""
+        if not self._prefetch:
+            return None
+        return Prefetcher(
+            self._prefetch_draw,
+            self._prefetch,
+            snapshot=self._draw_snapshot,
+            restore=self._restore_draws,
+            ran_out=self._ran_out,
+        )
+
     def _prefetching(self) -> Prefetcher[R] | None:
-        """The prefetch queue, started on first use; ``None`` without ``prefetch``."""
-        if self._prefetch and self._prefetcher is None:
-            self._prefetcher = Prefetcher(
-                self._prefetch_draw,
-                self._prefetch,
-                snapshot=self._draw_snapshot,
-                restore=self._restore_draws,
-                ran_out=self._ran_out,
-            )
+        """The prefetch queue; ``None`` without ``prefetch``."""
         return self._prefetcher
+
+    def _paused(self) -> AbstractContextManager[Any]:
+        """Prefetching paused (queued batches undone, nothing drawn ahead) while inside."""
+        p = self._prefetcher
+        return contextlib.nullcontext() if p is None else p.paused()
 
     def _before_write(self) -> None:
         # Draws already asked for see the buffer as it was when they were asked for.
@@ -430,11 +476,6 @@ class BufferBase(Generic[R]):
         # Undo the draws not yet returned (the generator and samplers are rewound).
         if self._prefetcher is not None:
             self._prefetcher.discard()
-
-    def _drop_prefetched(self) -> None:
-        # After a successful restore: queued batches belong to the replaced state.
-        if self._prefetcher is not None:
-            self._prefetcher.drop()
 
     def close(self) -> None:
         """Stop the prefetch thread (a no-op without ``prefetch``); later samples are drawn in the caller's thread.
@@ -467,6 +508,7 @@ class BufferBase(Generic[R]):
         state.setdefault("_device_generators", {})  # pickled by a version without them
         state.setdefault("_batch_device", None)
         self.__dict__.update(state)
+        self._prefetcher = self._new_prefetcher()
 
     # -- properties and transforms ---------------------------------------------------------
 
@@ -535,8 +577,8 @@ class BufferBase(Generic[R]):
         """
         self._before_write()
         apply = self.plan_load_state_dict(state, allow_offline_mismatch=allow_offline_mismatch)
-        apply()
-        self._drop_prefetched()
+        with self._paused():  # queued batches belong to the state being replaced
+            apply()
 
     def dumps(self, path: str | os.PathLike[str]) -> None:
         """Save a checkpoint directory at ``path``, atomically (see :mod:`mixreplay.checkpoint`).
@@ -549,8 +591,7 @@ class BufferBase(Generic[R]):
         returned, and this buffer and one restored from the checkpoint return the same
         batches from then on.
         """
-        self._discard_prefetched()  # before the locks: the prefetch thread draws under them
-        with self.state_lock():
+        with self.state_lock():  # pauses prefetching first: the worker draws under the locks
             checkpoint.save_state(path, self.state_dict(copy=False))
 
     def loads(self, path: str | os.PathLike[str], *, allow_offline_mismatch: bool = False) -> None:

@@ -366,11 +366,29 @@ class ReplayBuffer(BufferBase[Sampled]):
         seconds (``None``: until allowed, or until :meth:`close`) for samples to make room;
         see :mod:`mixreplay.rate_limit`.
         """
+        return self.extend_checked(data, None, timeout=timeout)
+
+    def extend_checked(
+        self,
+        data: Any,
+        check: Callable[[Any], None] | None,
+        *,
+        timeout: float | None = None,
+        written: Callable[[torch.Tensor], None] | None = None,
+    ) -> torch.Tensor:
+        """:meth:`extend`, calling ``check(rows)`` on the rows as they will be stored (after
+        the write-side transforms) before anything is written; what ``check`` raises is
+        raised, and nothing is written. A mixing buffer checks that its sources' rows mix
+        this way, on what its online side will really hold. ``written(index)`` is called
+        under the storage's lock once the rows are in (a mixing buffer's rate limiter
+        counts them there)."""
         if self._transform.writes:
             data = self._transform.inv(data)
             if _no_rows(data):
                 return _NOTHING_WRITTEN.clone()
-        return self._write(data, timeout)
+        if check is not None:
+            check(data)
+        return self._write(data, timeout, written)
 
     def add(self, data: Any, *, timeout: float | None = None) -> Any:
         """Write one row (a TensorDict ``[]``, a tensor, a pytree, a tensorclass); return its slot."""
@@ -383,7 +401,12 @@ class ReplayBuffer(BufferBase[Sampled]):
             return int(self._write(data if collection else data_types.one_row(data), timeout)[0])
         return int(self._write(data_types.one_row(data), timeout)[0])
 
-    def _write(self, data: Any, timeout: float | None = None) -> torch.Tensor:
+    def _write(
+        self,
+        data: Any,
+        timeout: float | None = None,
+        written: Callable[[torch.Tensor], None] | None = None,
+    ) -> torch.Tensor:
         storage = self._storage
         codec = storage.codec
         # the fast path (TensorDict rows [n] into TensorDict rows) costs two cheap checks;
@@ -403,6 +426,8 @@ class ReplayBuffer(BufferBase[Sampled]):
                 if convert:
                     storage.codec = codec
                 self._sampler.on_extend(index, storage)
+                if written is not None:  # a mixing buffer's rate limiter counts the rows
+                    written(index)
         except RuntimeError as err:
             clear = data_types.explain_write_error(data, err)
             if clear is None:
@@ -427,7 +452,7 @@ class ReplayBuffer(BufferBase[Sampled]):
                 if convert:
                     storage.codec = codec
                 self._sampler.on_extend(index, storage)
-                commit(len(storage))  # under the lock: a checkpoint holds rows and count
+                commit(len(storage), b - a)  # under the lock: a checkpoint holds rows and count
             self._after_write()
             return index
 
@@ -633,17 +658,16 @@ class ReplayBuffer(BufferBase[Sampled]):
 
     def empty(self, empty_write_count: bool = True) -> None:
         """Forget every row; ``write_count`` restarts from 0 unless ``empty_write_count=False``."""
-        self._discard_prefetched()  # batches of rows that are gone; undone, not just dropped
-        self._storage.empty()
-        if empty_write_count:
-            self._storage.reset_write_count()
-        if self._gate is not None:  # rate limiter: counting starts again
-            self._gate.reset(0)
+        with self._paused():  # batches of rows that are gone: undone, not just dropped
+            self._storage.empty()
+            if empty_write_count:
+                self._storage.reset_write_count()
+            if self._gate is not None:  # rate limiter: counting starts again
+                self._gate.reset(0)
 
     # -- state and checkpoints (mixreplay.checkpoint) ---------------------------------------
 
-    def state_lock(self) -> AbstractContextManager[Any]:
-        """Hold while reading :meth:`state_dict` with ``copy=False`` (and writing it out)."""
+    def _locks(self) -> AbstractContextManager[Any]:
         return self._storage.lock
 
     def _online_rows(self) -> int:
@@ -662,9 +686,8 @@ class ReplayBuffer(BufferBase[Sampled]):
         While prefetching, the batches not yet returned are discarded first and the
         generator rewound to before them (see :mod:`mixreplay.prefetch`).
         """
-        self._discard_prefetched()
         storage = self._storage
-        with storage.lock:
+        with self._paused(), storage.lock:
             by_reference = by_reference or not storage.writable
             return {
                 "kind": type(self).__name__,

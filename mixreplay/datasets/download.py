@@ -256,7 +256,9 @@ def _download(
                 if have == 0:  # the whole file: digests announced for another copy are void
                     announced.clear()
                 announced.update(_digests(resp.headers))
-                _save_state(dest, {**state, "url": url, "size": total})
+                # kept in memory too: a resume within this call compares against it
+                state.update(url=url, size=total)
+                _save_state(dest, state)
                 _check_space(url, part, have, total)
                 _receive(resp, url, part, report, timeout)
         except _Changed as err:

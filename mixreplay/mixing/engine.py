@@ -33,6 +33,7 @@ from mixreplay.errors import CheckpointError, EmptyBufferError, PriorityError, S
 from mixreplay.layout import PackedRows, RowLayout, new_tensordict
 from mixreplay.mixing.source import MixSource, strip_bookkeeping
 from mixreplay.rate_limit import check_timeout, make_gate, write_limited
+from mixreplay.samplers.base import MASK_KEY
 from mixreplay.schema import NestedKey, Schema, format_key, normalize_key
 from mixreplay.storages.base import check_rows
 from mixreplay.transforms import Transform
@@ -87,6 +88,19 @@ class MixedDraw(NamedTuple):
     source: torch.Tensor | None
     #: each source's importance weights, read at draw time (``None`` without info)
     weights: list[torch.Tensor | None] | None
+    #: each padding source's mask of real rows, read at draw time (``None`` without info)
+    masks: list[torch.Tensor | None] | None = None
+
+
+class _Notes(NamedTuple):
+    """What a draw with info reads of each source with its rows (see MixingBuffer._held)."""
+
+    weights: list[torch.Tensor | None]
+    masks: list[torch.Tensor | None]
+
+    @classmethod
+    def empty(cls, n: int) -> _Notes:
+        return cls([None] * n, [None] * n)
 
 
 def _rows(td: TensorDictBase) -> str:
@@ -137,6 +151,10 @@ class MixingBuffer(BufferBase[MixedDraw]):
         self._sources = list(sources)
         # asked before every batch; a source's sampler and storage are its own for life
         self._available = [s.available_getter() for s in self._sources]
+        self._prioritized = [s.prioritized for s in self._sources]
+        self._pads = [s.pads for s in self._sources]
+        # what a draw with info reads under the source's lock with the rows
+        self._noted = [p or q for p, q in zip(self._prioritized, self._pads)]
         for src in self._sources:
             if len(src):
                 self._check_source_key(src.stored_schema)
@@ -218,22 +236,33 @@ class MixingBuffer(BufferBase[MixedDraw]):
     def _write(
         self, target: int, data: TensorDictBase, timeout: float | None = None
     ) -> torch.Tensor:
-        """Write rows to source ``target``, checking that they mix first."""
+        """Write rows to source ``target``, checking first that they mix, as stored (after the
+        source's write-side transforms): refused with nothing written, or written because
+        they mix."""
         src = self._sources[target]
         check_rows(data)  # mixed batches are TensorDicts: the other data types are ReplayBuffer's
-        if src.stored_schema is None and isinstance(data, TensorDictBase) and data.batch_dims >= 1:
-            self._check_schemas(src.incoming_schema(data), target)
+
+        def check(rows: TensorDictBase) -> None:
+            if src.stored_schema is not None:  # the storage checks later rows against it
+                return
+            if not isinstance(rows, TensorDictBase) or rows.batch_dims < 1:
+                raise TypeError(
+                    f"source {self._names[target]!r}: its write-side transforms turned the rows "
+                    f"into {type(rows).__name__}; a mixing buffer stores TensorDict rows [n]"
+                )
+            self._check_schemas(src.incoming_schema(rows), target)
+
         if self._gate is not None:  # rate limiter: in the parts its band allows
-            return self._write_limited(src, data, check_timeout(timeout))
+            return self._write_limited(src, data, check, check_timeout(timeout))
         self._before_write()
-        index = src.extend(data)
+        index = src.extend(data, check)
         if not self._fused:
             self._refresh_layout()
         self._after_write()
         return index
 
     def _write_limited(
-        self, src: MixSource, data: TensorDictBase, timeout: float | None
+        self, src: MixSource, data: TensorDictBase, check: Any, timeout: float | None
     ) -> torch.Tensor:
         """:meth:`_write` with a rate limiter: rows ``[a, b)`` at a time, as its band allows."""
         assert self._gate is not None
@@ -241,9 +270,12 @@ class MixingBuffer(BufferBase[MixedDraw]):
 
         def write(a: int, b: int, commit) -> torch.Tensor:
             self._before_write()
-            with src.lock():  # re-entrant; held so that a checkpoint holds rows and count
-                index = src.extend(data if b - a == n else data[a:b])
-                commit(self._online_rows())
+            index = src.extend(
+                data if b - a == n else data[a:b],
+                check,
+                # under the source's lock: a checkpoint holds the rows and their count
+                lambda index: commit(self._online_rows(), len(index)),
+            )
             if not self._fused:
                 self._refresh_layout()
             self._after_write()
@@ -369,19 +401,31 @@ class MixingBuffer(BufferBase[MixedDraw]):
         self._restore_split_state(state[2])
 
     def _fractions_changed(self) -> None:
-        # Batches drawn ahead keep their split only while it is still the current one.
+        """The split may have changed: batches drawn ahead are kept only if theirs did not.
+
+        A split that carries remainders from batch to batch (a mixture's) carried them under
+        the old fractions, so every queued batch is undone; otherwise a queued batch is kept
+        when the new fractions give it the very counts it was drawn with (then it is the batch
+        the new fractions draw). Either way ``sample()`` returns what a buffer without
+        prefetching returns.
+        """
         p = self._prefetcher
-        if p is not None and p.ready:
-            p.wait()
-            snapshot = self._split_state()
+        if p is None:
+            return
+        if self._split_state() is not None:
+            p.discard()
+            return
+        B = self._batch_size
+        assert B is not None  # check_prefetch: prefetching needs a batch size
+
+        def keep(queued: list[MixedDraw | None]) -> bool:
             try:
-                assert self._batch_size is not None
-                counts = self._counts(self._batch_size)
+                counts = self._counts(B)
             except (EmptyBufferError, ValueError):
-                counts = None
-            self._restore_split_state(snapshot)
-            if any(r is None or r.counts != counts for r in p.queued()):  # None: a failed draw
-                p.discard()
+                return False
+            return all(r is not None and r.counts == counts for r in queued)  # None: failed
+
+        p.revise(keep)
 
     def sample(
         self,
@@ -398,8 +442,10 @@ class MixingBuffer(BufferBase[MixedDraw]):
         Keyword Args:
             return_info: also return a TensorDict with, per row, ``"source"``
                 (index of its source), ``"index"`` (its row in that source, -1
-                when a foreign source does not say) and ``"weight"`` (importance
-                weight; 1 for uniformly sampled rows) when any source is prioritized.
+                when a foreign source does not say), ``"weight"`` (importance
+                weight; 1 for uniformly sampled rows) when any source is prioritized,
+                and ``("collector", "mask")`` (``False`` on padding rows) when a source
+                pads short slices (``SliceSampler(pad_output=True)``).
             timeout: with a rate limiter, how long to wait for its band to let the
                 batch through (seconds; ``None``: until allowed, or until :meth:`close`);
                 see :mod:`mixreplay.rate_limit`.
@@ -446,14 +492,16 @@ class MixingBuffer(BufferBase[MixedDraw]):
         counts = self._counts(B)
         if not self._fused or stamp != self._fused_stamp:
             self._refresh_layout()
+        # each prioritized source's weights and padding source's mask, read with its rows
+        notes = _Notes.empty(len(counts)) if info else None
         if self._fused:
-            batch, indices = self._gather_fused(counts)
+            batch, indices = self._gather_fused(counts, notes=notes)
         else:
             indices = [None] * len(counts)
             # a failed draw (a source's transform raising, say) is undone: retrying draws the same
             snapshot = self._draw_snapshot()
             try:
-                batch = self._sample_generic(B, counts, indices)
+                batch = self._sample_generic(B, counts, indices, notes)
             except BaseException:
                 self._restore_draws(snapshot)
                 raise
@@ -463,22 +511,41 @@ class MixingBuffer(BufferBase[MixedDraw]):
             device = batch.device or torch.device("cpu")
             source = self._source_labels(counts, device).to(device, copy=True)
             if self._source_key is not None:
-                batch.set(self._source_key, source)
+                # the batch's column is its own: writing to it never reroutes update_priority
+                batch.set(self._source_key, source.clone() if info else source)
         batch = self._finish(batch)
-        if not info:
+        if notes is None:
             return MixedDraw(batch, counts, indices, source, None)
-        # The weights are read now: priorities may change before the info is built.
-        weights = [
-            None if idx is None else src.weight(idx) for src, idx in zip(self._sources, indices)
-        ]
-        return MixedDraw(batch, counts, indices, source, weights)
+        return MixedDraw(batch, counts, indices, source, notes.weights, notes.masks)
+
+    def _held(self, i: int, notes: _Notes | None) -> Any:
+        """What a draw from source ``i`` holds: with ``notes`` (info asked for) and a source
+        that has something to note (weights, a mask), that source's lock (re-entrant), so that
+        the notes are read under the same hold as its rows; a collector writing meanwhile could
+        otherwise put a row's priority and the smallest priority in two states (weights above
+        1, a tree caught mid-update)."""
+        if notes is None or not self._noted[i]:
+            return contextlib.nullcontext()
+        return self._sources[i].lock()
+
+    def _note(self, i: int, index: torch.Tensor, notes: _Notes) -> None:
+        """Read source ``i``'s weights and mask of the draw that returned ``index`` (held)."""
+        src = self._sources[i]
+        if self._prioritized[i]:
+            notes.weights[i] = src.weight(index)
+        if self._pads[i]:
+            notes.masks[i] = src.mask(index)
 
     def _gather_fused(
-        self, counts: list[int], keep_indices: bool = True
+        self,
+        counts: list[int],
+        keep_indices: bool = True,
+        notes: _Notes | None = None,
     ) -> tuple[TensorDictBase, list[torch.Tensor | None]]:
         """The fast path: one gather per source, straight into one packed output, then each
         leaf copied out of it; the batch and each source's row indices (without
-        ``keep_indices``, they may be the scratch's buffers, rewritten by the next batch)."""
+        ``keep_indices``, they may be the scratch's buffers, rewritten by the next batch).
+        ``notes``, when given, is filled with the sources' weights and masks."""
         layout = self._layout
         assert layout is not None
         # The packed rows are scratch (copy_views copies every leaf out of them), so one CPU
@@ -492,7 +559,12 @@ class MixingBuffer(BufferBase[MixedDraw]):
         for i, part, index in kept.parts:
             # drawn where the rows are: the buffer's generator for host rows
             g = gen if where[i] is None else self._generator_for(where[i])
-            indices[i] = drawers[i](counts[i], g, part, None if keep_indices else index)
+            if notes is None:
+                indices[i] = drawers[i](counts[i], g, part, None if keep_indices else index)
+                continue
+            with self._held(i, notes):
+                indices[i] = idx = drawers[i](counts[i], g, part, None)
+                self._note(i, idx, notes)
         rows = kept.rows
         batch = layout.copy_views(rows.views, rows.batch_size, self._device)
         if self._host_out:  # elsewhere a copy may still be reading it
@@ -512,14 +584,23 @@ class MixingBuffer(BufferBase[MixedDraw]):
         return labels
 
     def _sample_generic(
-        self, B: int, counts: list[int], indices: list[torch.Tensor | None]
+        self,
+        B: int,
+        counts: list[int],
+        indices: list[torch.Tensor | None],
+        notes: _Notes | None = None,
     ) -> TensorDictBase:
         """Sources that are foreign, transformed or differ in layout: draw, transform, align."""
         parts = []
         for i, k in enumerate(counts):
             if not k:
                 continue
-            drawn = self._sources[i].draw(k, self._generator_for(self._sources[i].device))
+            src = self._sources[i]
+            g = self._generator_for(src.device)
+            with self._held(i, notes):
+                drawn = src.draw(k, g)
+                if notes is not None and drawn.index is not None:
+                    self._note(i, drawn.index, notes)
             rows = drawn.rows
             if rows.batch_size != (k,):  # the batch would hold rows of uninitialised memory
                 raise ValueError(
@@ -587,7 +668,22 @@ class MixingBuffer(BufferBase[MixedDraw]):
                     for i in live
                 ]
             )
-        return new_tensordict(leaves, torch.Size([B]))
+        out = new_tensordict(leaves, torch.Size([B]))
+        masks = drawn.masks
+        if masks is not None and any(masks[i] is not None for i in live):
+            # the padding sources' rows as their samplers marked them; every other row is real
+            out.set(
+                MASK_KEY,
+                torch.cat(
+                    [
+                        torch.ones(counts[i], dtype=torch.bool)
+                        if (m := masks[i]) is None
+                        else m.to("cpu").reshape(-1)
+                        for i in live
+                    ]
+                ),
+            )
+        return out
 
     def update_priority(self, info: TensorDictBase, priority: Any) -> None:
         """Send each row's new priority to the source it was drawn from.
@@ -659,8 +755,8 @@ class MixingBuffer(BufferBase[MixedDraw]):
     # -- state and checkpoints (mixreplay.checkpoint) --------------------------------------
 
     @contextlib.contextmanager
-    def state_lock(self) -> Iterator[None]:
-        """Hold every source's lock, in source order (a consistent snapshot)."""
+    def _locks(self) -> Iterator[None]:
+        """Every source's lock, in source order (the lock order of :mod:`mixreplay.buffers.base`)."""
         with contextlib.ExitStack() as stack:
             for src in self._sources:
                 stack.enter_context(src.lock())
@@ -685,8 +781,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
             copy: copy rows (a snapshot, the default); ``False`` returns views, valid
                 while :meth:`state_lock` is held.
         """
-        self._discard_prefetched()
-        with self.state_lock():
+        with self._paused(), self._locks():
             return {
                 "kind": type(self).__name__,
                 **self._generators_state(),
@@ -730,7 +825,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
         plans.append(self._plan_rate_limiter(state))  # after the rows: it reads their count
 
         def apply() -> None:
-            with self.state_lock():
+            with self._locks():
                 for plan in plans:
                     plan()
             self._unit_size = None

@@ -229,9 +229,12 @@ class MixtureReplayBuffer(MixingBuffer):
 
     def set_step(self, step: int | float) -> None:
         """Move every schedule to ``step``."""
-        self._evaluate(step)  # first: a schedule that raises changes nothing
+        before = self._evaluate(self._step)
+        after = self._evaluate(step)  # first: a schedule that raises changes nothing
         self._step = check_step(step)
-        self._fractions_changed()
+        # weights read from the sources' sizes change with every write: always redraw then
+        if after != before or any(s.needs_sizes for s in self._fractions):
+            self._fractions_changed()
 
     @property
     def step(self) -> int | float:

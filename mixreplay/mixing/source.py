@@ -34,7 +34,7 @@ from mixreplay._state import Plan
 from mixreplay.buffers.replay import Drawer, ReplayBuffer, drawer_of
 from mixreplay.errors import CheckpointError, ReadOnlyError
 from mixreplay.layout import RowLayout
-from mixreplay.samplers.base import Sampler
+from mixreplay.samplers.base import MASK_KEY, Sampler
 from mixreplay.schema import BOOKKEEPING_KEYS, Schema
 
 __all__ = [
@@ -123,6 +123,11 @@ class MixSource(abc.ABC):
         return len(self)
 
     @property
+    def pads(self) -> bool:
+        """Whether its draws may hold padding rows (marked by :meth:`mask`)."""
+        return False
+
+    @property
     def write_count(self) -> int:
         """Rows written through :meth:`extend` since creation."""
         return 0
@@ -149,7 +154,7 @@ class MixSource(abc.ABC):
         """The schema of the rows it contributes, after its own transforms (``None``: no rows yet)."""
 
     def incoming_schema(self, data: TensorDictBase) -> Schema:
-        """What rows ``data``, written here, would contribute to a batch."""
+        """What rows ``data``, as this source stores them, would contribute to a batch."""
         return Schema.from_tensordict(data, batch_dims=data.batch_dims)
 
     def saved_schema(self, state: Any) -> Schema | None:
@@ -183,6 +188,11 @@ class MixSource(abc.ABC):
         """Importance weights of drawn rows, or ``None`` when they are uniform."""
         return None
 
+    def mask(self, index: torch.Tensor) -> torch.Tensor | None:
+        """Of the draw that just returned ``index`` (its lock still held): ``True`` for each
+        real row, ``False`` for padding; ``None`` when it does not pad."""
+        return None
+
     # -- priorities -------------------------------------------------------------------------
 
     def check_priority(self, index: torch.Tensor, priority: torch.Tensor) -> Any:
@@ -208,8 +218,17 @@ class MixSource(abc.ABC):
         """Held for a consistent snapshot of its state (a checkpoint, a priority update)."""
         return contextlib.nullcontext()
 
-    def extend(self, data: TensorDictBase) -> torch.Tensor:
-        """Write rows; return where they went."""
+    def extend(
+        self,
+        data: TensorDictBase,
+        check: Callable[[TensorDictBase], None] | None = None,
+        written: Callable[[torch.Tensor], None] | None = None,
+    ) -> torch.Tensor:
+        """Write rows; return where they went. ``check(rows)``, when given, is called on the
+        rows as they will be stored (after any write-side transform), before anything is
+        written; what it raises is raised, with nothing written. ``written(index)``, when
+        given, is called once the rows are in, under :meth:`lock` (a rate limiter counts
+        them there, so that a checkpoint holds rows and count together)."""
         raise ReadOnlyError(f"{self!r} is read-only")
 
     @abc.abstractmethod
@@ -234,7 +253,8 @@ class BufferSource(MixSource):
             raise ValueError(
                 f"source {name!r} samples with {buffer.sampler!r}, which returns slices of varying "
                 "length, so it cannot give a mixing buffer its exact share of rows; use "
-                "pad_output=True (whole slices, padded, with a mask) or strict_length=True "
+                'pad_output=True (whole slices, padded; info[("collector", "mask")] marks the real '
+                "rows) or strict_length=True "
                 "without span"
             )
         if buffer.storage.codec is not None:
@@ -272,6 +292,10 @@ class BufferSource(MixSource):
     @property
     def capacity(self) -> int:
         return int(self.buffer.storage.max_size)
+
+    @property
+    def pads(self) -> bool:
+        return self.buffer.sampler.pads
 
     def __len__(self) -> int:
         return len(self.buffer)
@@ -311,6 +335,7 @@ class BufferSource(MixSource):
         return _schema_after(buffer.transform, buffer.storage[:1])
 
     def incoming_schema(self, data: TensorDictBase) -> Schema:
+        # ``data`` as stored (after the write-side transforms): what the read side makes of it
         if self.buffer.transform:
             return _schema_after(self.buffer.transform, data[:1])
         return super().incoming_schema(data)
@@ -345,12 +370,16 @@ class BufferSource(MixSource):
         buffer = self.buffer
         return buffer.sampler.weight(index, buffer.storage)
 
+    def mask(self, index: torch.Tensor) -> torch.Tensor | None:
+        info = self._sampler.info(index, self._storage)
+        return None if info is None else info.get(MASK_KEY)
+
     def check_priority(self, index: torch.Tensor, priority: torch.Tensor) -> Any:
         return self.buffer.sampler.check_priority(index, priority)
 
     def apply_priority(self, checked: Any) -> None:
-        with self.buffer.state_lock():
-            self.buffer.sampler.apply_priority(checked)
+        with self._storage.lock:
+            self._sampler.apply_priority(checked)
 
     def draw_state(self) -> Any:
         return self.buffer.sampler.draw_state()
@@ -361,10 +390,15 @@ class BufferSource(MixSource):
     # -- writes and state -------------------------------------------------------------------
 
     def lock(self) -> AbstractContextManager[Any]:
-        return self.buffer.state_lock()
+        return self._storage.lock
 
-    def extend(self, data: TensorDictBase) -> torch.Tensor:
-        return self.buffer.extend(data)
+    def extend(
+        self,
+        data: TensorDictBase,
+        check: Callable[[TensorDictBase], None] | None = None,
+        written: Callable[[torch.Tensor], None] | None = None,
+    ) -> torch.Tensor:
+        return self.buffer.extend_checked(data, check, written=written)
 
     def state_dict(self, *, copy: bool = True, by_reference: bool = False) -> dict[str, Any]:
         return self.buffer.state_dict(copy=copy, by_reference=by_reference)

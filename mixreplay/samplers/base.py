@@ -11,7 +11,10 @@ import torch
 from mixreplay.errors import DataStructureError, EmptyBufferError
 from mixreplay.storages.base import Storage
 
-__all__ = ["Sampler"]
+__all__ = ["MASK_KEY", "Sampler"]
+
+#: where a padding sampler marks real rows (``True``) and padding (``False``): TorchRL's key
+MASK_KEY = ("collector", "mask")
 
 
 class Sampler:
@@ -91,6 +94,9 @@ class Sampler:
     #: whether a draw may return a number of rows of its own choosing (slices of varying
     #: length); a mixing buffer, which needs exact shares, cannot use such a sampler.
     variable_length: bool = False
+    #: whether a draw may hold padding rows, marked ``False`` in the ``("collector", "mask")``
+    #: entry of :meth:`info` (``SliceSampler(pad_output=True)``)
+    pads: bool = False
     #: what TorchRL's ``sample(storage, batch_size)`` says first when ``storage`` is not a
     #: mixreplay storage (TorchRL's own words, where its tests match them)
     foreign_storage_lead: ClassVar[str] = ""

@@ -11,7 +11,7 @@ import torch
 from mixreplay._validate import check_bool, check_int
 from mixreplay.errors import DataStructureError, EmptyBufferError
 from mixreplay.samplers._torchrl import Table, check_torchrl_kwargs
-from mixreplay.samplers.base import Sampler
+from mixreplay.samplers.base import MASK_KEY, Sampler
 from mixreplay.schema import format_key, normalize_key
 from mixreplay.storages.base import Storage
 
@@ -27,7 +27,6 @@ _END_KEYS: tuple[Key, ...] = (("next", "done"), ("done",))
 _ID_KEYS: tuple[Key, ...] = (("collector", "traj_ids"), ("episode",))
 _DEFAULT_TRUNCATED: Key = ("next", "truncated")
 _DEFAULT_INIT: Key = ("is_init",)
-_MASK: Key = ("collector", "mask")
 _UNIFORM = ("trajectories", "starts")
 
 #: TorchRL 0.14 SliceSampler arguments mixreplay does not implement
@@ -285,6 +284,7 @@ class SliceSampler(Sampler):
                 "uniform_over='trajectories' (TorchRL's) for those"
             )
         self.variable_length = not self.pad_output and (not self.strict_length or any(self.span))
+        self.pads = self.pad_output
         self._used: tuple[str, tuple[Key, ...]] | None = None  # boundaries found last
         self._indexes: dict[int, _SliceIndex] = {}
         self._last: _Draw | None = None
@@ -737,7 +737,7 @@ class SliceSampler(Sampler):
             out[done_key] = done
             out[terminated_key] = terminated
         if last.mask is not None:
-            out[_MASK] = last.mask
+            out[MASK_KEY] = last.mask
         if self.init_key is not None:
             init = stored(self.init_key)
             if init is not None:

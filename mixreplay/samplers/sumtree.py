@@ -241,18 +241,19 @@ class SumTree:
         return float(self._top()[0][-1])
 
     def total_tensor(self) -> torch.Tensor:
-        """The sum of every value as a 0-d tensor on the tree's device (no host sync)."""
-        return self._top()[0][-1]
+        """The sum of every value as a 0-d tensor on the tree's device (no host sync); the
+        caller's own (a copy: later updates do not change it, nor it the tree)."""
+        return self._top()[0][-1].clone()
 
     def min(self) -> float:
         """The smallest positive value (``inf`` when every value is 0)."""
         return float(self.min_tensor())
 
     def min_tensor(self) -> torch.Tensor:
-        """:meth:`min` as a 0-d tensor on the tree's device (no host sync)."""
+        """:meth:`min` as a 0-d tensor on the tree's device (no host sync); the caller's own."""
         if self._least is None:
             self._least = self._mins[-1].amin()
-        return self._least
+        return self._least.clone()
 
     def max(self) -> float:
         """The largest value (``O(top)`` with ``track_max``, else a reduction over the leaves)."""

@@ -410,3 +410,75 @@ def test_a_remote_batch_is_ordinary_too():
     torch.save(batch, f)
     f.seek(0)
     assert_equal(torch.load(f, weights_only=False), batch)
+
+
+# -- a batch and its info share no memory ------------------------------------------------------
+
+
+def _storages(x) -> set[int]:
+    leaves = x.values(True, True) if isinstance(x, TensorDictBase) else [x]
+    return {leaf.untyped_storage().data_ptr() for leaf in leaves if leaf.numel()}
+
+
+@pytest.mark.parametrize("kind", ["offline-to-online", "mixture", "replay"])
+@pytest.mark.parametrize("prefetch", [None, 2])
+def test_info_shares_no_memory_with_the_batch_and_routes_updates_as_drawn(kind, prefetch):
+    """Writing into a batch (its source column included) changes nothing its info says: an
+    update_priority with that info still reaches the rows drawn, in the source drawn from."""
+    prio = PrioritizedSampler(100, alpha=1.0, beta=1.0)
+    online = LazyTensorStorage(100)
+    if kind == "replay":
+        rb = ReplayBuffer(
+            storage=online, sampler=prio, batch_size=B, generator=0, prefetch=prefetch
+        )
+        rb.extend(rows(100))
+    elif kind == "mixture":
+        offline = ReplayBuffer(
+            storage=LazyTensorStorage(100), sampler=PrioritizedSampler(100, 1.0, 1.0)
+        )
+        offline.extend(rows(100, seed=1))
+        rb = MixtureReplayBuffer(
+            {"off": offline, "on": online},
+            {"off": 1, "on": 1},
+            samplers={"on": prio},
+            batch_size=B,
+            generator=0,
+            prefetch=prefetch,
+            source_key="src",
+        )
+        rb.extend(rows(100), source="on")
+    else:
+        offline = ReplayBuffer(
+            storage=LazyTensorStorage(100), sampler=PrioritizedSampler(100, 1.0, 1.0)
+        )
+        offline.extend(rows(100, seed=1))
+        rb = OfflineToOnlineReplayBuffer(
+            offline,
+            online_storage=online,
+            online_sampler=prio,
+            batch_size=B,
+            generator=0,
+            prefetch=prefetch,
+            source_key="src",
+        )
+        rb.extend(rows(100))
+    try:
+        batch, info = rb.sample(return_info=True)
+        assert not _storages(batch) & _storages(info)
+        expected = info.clone()
+        for leaf in batch.values(True, True):  # the user writes into every leaf of the batch
+            leaf.zero_()
+        assert (info == expected).all()
+        before = prio.tree.leaves.clone()
+        if kind == "replay":
+            rb.update_priority(info["index"], torch.full((B,), 7.0))
+            drawn = info["index"]
+        else:
+            rb.update_priority(info, torch.full((B,), 7.0))
+            drawn = info["index"][info["source"] == 1]  # the rows drawn from the online side
+        assert drawn.numel()
+        expected_changed = torch.zeros(100, dtype=torch.bool)
+        expected_changed[drawn] = True
+        assert torch.equal(prio.tree.leaves[:100] != before[:100], expected_changed)
+    finally:
+        rb.close()

@@ -214,3 +214,65 @@ def test_source_key_nested():
     rb = OfflineToOnlineReplayBuffer(off, online_capacity=5, source_key=("meta", "source"))
     rb.extend(TensorDict({"x": torch.ones(5, 1)}, [5]))
     assert rb.sample(4)["meta", "source"].tolist() == [0, 0, 1, 1]
+
+
+def short_episodes(lengths, tag):
+    """Episodes of the given lengths; ``t`` counts steps within one, ``ep`` numbers them."""
+    t = torch.cat([torch.arange(n) for n in lengths])
+    ep = torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)])
+    td = ted_rows(len(t), tag=tag)
+    td["t"], td["ep"] = t, ep
+    td["next", "done"] = (t == torch.tensor(lengths)[ep] - 1).unsqueeze(-1)
+    return td
+
+
+@pytest.mark.parametrize("prefetch", [None, 2])
+@pytest.mark.parametrize("kind", ["offline-to-online", "mixture"])
+def test_a_padded_slice_source_marks_its_padding_in_the_mixed_info(kind, prefetch):
+    """A padded SliceSampler as a source: the mixed info carries ("collector", "mask"), False
+    exactly on the padding rows (repeats of a short slice's last row), True elsewhere (the
+    mixing buffer advises pad_output=True; the mask used to be lost)."""
+    L = 4
+    online = ReplayBuffer(
+        storage=LazyTensorStorage(200),
+        sampler=SliceSampler(slice_len=L, traj_key="ep", strict_length=False, pad_output=True),
+    )
+    online.extend(short_episodes([2, 5, 1, 3, 6, 2, 4], tag=1.0))
+    offline = OfflineDataset.from_tensordict(episodes(10, 5, tag=-1.0))
+    if kind == "mixture":
+        rb = MixtureReplayBuffer(
+            {"off": offline, "on": online},
+            {"off": 1, "on": 1},
+            batch_size=16,
+            generator=0,
+            prefetch=prefetch,
+        )
+    else:
+        rb = OfflineToOnlineReplayBuffer(
+            offline,
+            online_storage=online.storage,
+            online_sampler=online.sampler,
+            batch_size=16,
+            generator=0,
+            prefetch=prefetch,
+        )
+    padded = 0
+    try:
+        for _ in range(20):
+            batch, info = rb.sample(return_info=True)
+            mask = info["collector", "mask"]
+            assert mask.dtype == torch.bool and mask.shape == (16,)
+            mine = info["source"] == 1
+            assert bool(mask[~mine].all())  # every offline row is real
+            t, ep = batch["t"][mine].view(-1, L), batch["ep"][mine].view(-1, L)
+            m = mask[mine].view(-1, L)
+            for ts, es, ms in zip(t, ep, m):
+                real = int(ms.sum())
+                assert real >= 1 and bool(ms[:real].all()) and not bool(ms[real:].any())
+                assert (es == es[0]).all()  # one episode per slice
+                assert ts[:real].tolist() == list(range(int(ts[0]), int(ts[0]) + real))
+                assert (ts[real:] == ts[real - 1]).all()  # the padding repeats the last row
+                padded += L - real
+    finally:
+        rb.close()
+    assert padded > 0  # short slices were drawn and padded

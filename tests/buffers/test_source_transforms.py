@@ -148,3 +148,79 @@ def test_the_fused_single_gather_is_kept_without_transforms(monkeypatch):
     offline.append_transform(add(1))
     rb.sample(4)
     assert calls == [1]
+
+
+# -- write-side transforms: the mixing check runs on the rows as stored ---------------------------
+
+
+def write_side(fn):
+    """``fn`` as a transform that runs on writes (``append_transform(..., invert=True)``)."""
+
+    def inv(td):
+        return fn(td)
+
+    inv.__name__ = fn.__name__
+    return inv
+
+
+def _with_extra(td):
+    td["extra"] = torch.zeros(td.batch_size[0], 2)
+    return td
+
+
+def _double(td):  # float32 leaves to float64
+    return td.apply(lambda x: x.double() if x.dtype == torch.float32 else x)
+
+
+def _float(td):  # float64 leaves to float32 (TorchRL's DoubleToFloat)
+    return td.apply(lambda x: x.float() if x.dtype == torch.float64 else x)
+
+
+@pytest.mark.parametrize(
+    "transform, why",
+    [(_double, "float64"), (_with_extra, "extra")],
+)
+@pytest.mark.parametrize("kind", ["offline-to-online", "mixture"])
+def test_a_write_side_transform_that_makes_rows_unmixable_is_refused_at_extend(
+    transform, why, kind
+):
+    """The rows are checked as they will be stored: refused by the extend that writes them,
+    with nothing written (they used to be stored, and every later sample() raised)."""
+    offline = OfflineDataset.from_tensordict(ted_rows(20, tag=-1.0))
+    if kind == "mixture":
+        online = ReplayBuffer(storage=LazyTensorStorage(10))
+        online.append_transform(write_side(transform), invert=True)
+        rb = MixtureReplayBuffer({"off": offline, "on": online}, {"off": 1, "on": 1}, generator=0)
+        extend = lambda td: rb.extend(td, source="on")  # noqa: E731
+    else:
+        rb = OfflineToOnlineReplayBuffer(offline, online_capacity=10, generator=0)
+        online = rb.online_buffer
+        online.append_transform(write_side(transform), invert=True)
+        extend = rb.extend
+    with pytest.raises(SchemaMismatchError, match=why):
+        extend(ted_rows(4))
+    assert len(online) == 0 and rb.write_count == 0
+    assert rb.sample(6).batch_size == (6,)  # still all offline, and sampling works
+
+
+@pytest.mark.parametrize("kind", ["offline-to-online", "mixture"])
+def test_a_write_side_transform_that_makes_float64_rows_mix_is_accepted(kind):
+    """float64 input cast to float32 on the way in mixes with float32 offline data (it used to be
+    checked before the cast, and refused)."""
+    offline = OfflineDataset.from_tensordict(ted_rows(20, tag=-1.0))
+    if kind == "mixture":
+        online = ReplayBuffer(storage=LazyTensorStorage(10))
+        online.append_transform(write_side(_float), invert=True)
+        rb = MixtureReplayBuffer(
+            {"off": offline, "on": online}, {"off": 1, "on": 1}, generator=0, source_key="src"
+        )
+        rb.extend(_double(ted_rows(4)), source="on")
+    else:
+        rb = OfflineToOnlineReplayBuffer(offline, online_capacity=10, generator=0, source_key="src")
+        rb.online_buffer.append_transform(write_side(_float), invert=True)
+        online = rb.online_buffer
+        rb.extend(_double(ted_rows(4)))
+    assert len(online) == 4
+    batch = rb.sample(8)
+    assert batch["observation"].dtype == torch.float32
+    assert sorted(set(batch["src"].tolist())) == [0, 1]

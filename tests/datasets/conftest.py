@@ -369,6 +369,7 @@ class Served:
     drip: float | None = None  # seconds between single bytes (then nothing else is sent)
     announce: int | None = None  # a Content-Length to announce instead of the true one
     length: bool = True  # False: no Content-Length, the body ends when the connection closes
+    then: bytes | None = None  # the file changes to this after the first cut response
 
     def __post_init__(self):
         self.etag = self.etag or '"' + hashlib.sha256(self.body).hexdigest()[:16] + '"'
@@ -461,6 +462,10 @@ class FileServer:
                         self.wfile.flush()
                         self.close_connection = True
                         self.connection.shutdown(socket.SHUT_RDWR)
+                        if served.then is not None:  # the file changes on the server now
+                            served.body, served.then = served.then, None
+                            served.etag = served.etag and ""
+                            served.__post_init__()
                         return
                     self.wfile.write(out)
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up

@@ -249,6 +249,24 @@ def test_a_resume_against_a_file_of_another_size_starts_over(
     )
 
 
+def test_a_file_that_changes_size_between_a_cut_and_the_resume_in_one_call_is_not_spliced(
+    d4rl_server, tmp_path, caplog
+):
+    """No ETag, no Last-Modified, and the retry within the same download() call: the total
+    size of the first answer tells the versions apart (it was saved to disk for the next call,
+    but the resume within the call compared against a state that never held it)."""
+    old, new = bytes(range(256)) * 40, b"N" * 6000
+    d4rl_server.serve("f.bin", old, cut_after=1024, cuts=1, validators="none", then=new)
+    dest = tmp_path / "f.bin"
+    caplog.set_level(logging.INFO, logger="mixreplay")
+    download_module.download(d4rl_server.base_url + "f.bin", dest)
+    assert dest.read_bytes() == new  # never old[:1024] + new[1024:]
+    first, resumed, whole = d4rl_server.requests[-3:]
+    assert first["range"] is None and resumed["range"] == "bytes=1024-"
+    assert whole["range"] is None
+    assert f"it was {len(old):,} bytes, it is {len(new):,} bytes now" in caplog.text
+
+
 @pytest.mark.parametrize("validators", ["etag", "last-modified"])
 def test_a_server_that_ignores_if_range_cannot_splice(
     d4rl_server, d4rl_file, tmp_path, caplog, validators

@@ -474,3 +474,18 @@ def test_random_trees_of_mixed_scales_draw_and_find_only_positive_slots():
         u = torch.cat([torch.rand(64, generator=g, dtype=torch.float64), edges, below])
         drawn, found = tree.sample(u.clone()), tree.find(u * tree.total())
         assert (values[drawn] > 0).all() and (values[found] > 0).all(), (trial, arity, top)
+
+
+@pytest.mark.parametrize("capacity", [10, 5000, 200_000])
+def test_the_tensors_a_tree_returns_are_the_callers_own(capacity):
+    """total_tensor() and min_tensor() are copies: a later update changes neither (the total
+    was a view of a kept buffer that updates rewrote), and writing into them leaves the tree."""
+    tree = SumTree(capacity)
+    tree.update(torch.arange(4), torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    total, least = tree.total_tensor(), tree.min_tensor()
+    tree.update(torch.tensor([0, 5]), torch.tensor([0.5, 100.0]))
+    assert float(total) == 10.0 and float(least) == 1.0
+    assert tree.total() == 109.5 and tree.min() == 0.5
+    tree.total_tensor().fill_(-1.0)
+    tree.min_tensor().fill_(-1.0)
+    assert tree.total() == 109.5 and tree.min() == 0.5

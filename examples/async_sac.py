@@ -114,7 +114,7 @@ def define_actors(ray):
                     self.obs = next_obs if not (term or trunc) else self.env.reset()[0]
                     due = max(due + 1.0 / steps_per_s, time.monotonic() - 1.0 / steps_per_s)
                     time.sleep(max(0.0, due - time.monotonic()))
-                writer.flush(wait=False)
+                writer.flush()
             except BufferClosedError:
                 pass  # the learner is done: the buffer was closed while these rows waited
             return steps
@@ -167,8 +167,14 @@ def run(ray, actors, path: str, args, env, speed: float, rate: float, limited: b
         Collector.remote(args.seed + 1 + i, args.hidden, args.batch) for i in range(args.collectors)
     ]
     runs = [c.run.remote(rb, policy, per_collector) for c in collectors]
-    while rb.write_count < args.min_size:
-        time.sleep(0.05)  # both runs start learning once the warm-up rows are in
+    deadline = time.monotonic() + 120
+    while rb.write_count < args.min_size:  # both runs learn once the warm-up rows are in
+        ended, _ = ray.wait(runs, timeout=0)
+        if ended:
+            ray.get(ended)  # a collector that failed says why
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the collectors wrote no {args.min_size} rows in 120 s")
+        time.sleep(0.05)
     start_rows = rb.write_count
     t0 = time.perf_counter()
     series = [(0.0, 0, start_rows, None)]
@@ -295,6 +301,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--min-size", type=int, default=32, help="online rows before learning")
     parser.add_argument("--offline", type=int, default=5000, help="expert transitions")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--learner-rate", type=float, default=None,
+                        help="updates/s of the learner alone (default: measured first)")  # fmt: skip
     parser.add_argument("--plot", default=str(ROOT / "docs" / "async_utd.png"),
                         help="the figure ('' for none)")  # fmt: skip
     parser.add_argument("--out", default=str(ROOT / "docs" / "async_sac.json"),
@@ -309,6 +317,8 @@ def main(argv=None) -> dict:
     import gymnasium as gym
     import ray
 
+    # the collectors (Ray actors) use its functions: sent by value, workers need not import it
+    ray.cloudpickle.register_pickle_by_value(sys.modules["distributed_collectors"])
     torch.set_num_threads(1)
     began = time.perf_counter()
     work = tempfile.TemporaryDirectory(prefix="mixreplay-async-")
@@ -316,7 +326,7 @@ def main(argv=None) -> dict:
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     try:
         env = gym.make(ENV_ID)
-        rate = learner_rate(path, args, env)
+        rate = args.learner_rate or learner_rate(path, args, env)
         print(
             f"learner alone: {rate:.0f} updates/s, so UTD {args.utd} needs "
             f"{rate / args.utd:.1f} env steps/s",

@@ -92,7 +92,9 @@ class RayWriter:
     (so a collector runs no further ahead than the band and one message). After
     ``timeout`` seconds without a row going in they raise
     :class:`~mixreplay.errors.RateLimitTimeoutError`; the writer keeps the rows not
-    written, and a later call (or :meth:`flush`) sends them, exactly once.
+    written, and a later call (or :meth:`flush`) sends them, exactly once. Once the
+    buffer is closed (``rb.close()``), the call that learns it raises
+    :class:`~mixreplay.errors.BufferClosedError`, and so does every later one.
 
     Create it with :meth:`RayReplayBuffer.writer`; as a context manager it
     closes on exit (:meth:`close`: flush, then tell the actor it is done). In a collector (a Ray task or actor) handed the buffer's
@@ -137,7 +139,8 @@ class RayWriter:
         # Minted here, in the thread and task that made the writer: a Ray task that is
         # retried makes its writers again in the same order, with the same identities.
         self._ids = ChunkIds(mint_writer_id("writer"))
-        self._refused: WriterEvictedError | None = None  # once set, every call raises it
+        # once set, every call raises it
+        self._refused: WriterEvictedError | BufferClosedError | None = None
         self._timeout = check_timeout(timeout)
         self._held = False  # the rate limiter holds this writer's rows: one message at a time
         self._poll: Poll | None = None  # the pauses since the last row went in
@@ -248,11 +251,12 @@ class RayWriter:
             _settle_refs([m.ref for m in failed])  # no attempt still runs when they are resent
             self._unsent = sorted([*self._unsent, *failed], key=lambda m: m.start)
             raise
-        except WriterEvictedError as err:
-            # The actor dropped this writer's record: it refuses every later message too
-            # (they may repeat rows it holds). The writer stops; rows go to a new one.
+        except (WriterEvictedError, BufferClosedError) as err:
+            # The actor dropped this writer's record, or the buffer was closed: it refuses
+            # every later message too (they may repeat rows it holds; or nothing goes in any
+            # more). The writer stops; rows go to a new one (of a new buffer).
             self._refused = err
-            _settle_refs([m.ref for m in self._pending])
+            _drop_refs([m.ref for m in self._pending])
             self._pending.clear()
             self._unsent.clear()
             self._staged = 0
@@ -409,6 +413,16 @@ _RETRY = (
     "chunk ids and the buffer applies each exactly once (a restarted actor first reloads its "
     "last checkpoint; rows written after it are lost)"
 )
+
+
+def _drop_refs(refs: list) -> None:
+    """Wait for ``refs`` and fetch what they hold, errors included (none is left unread)."""
+    ray = sys.modules["ray"]
+    for ref in refs:
+        try:
+            ray.get(ref)
+        except Exception:  # noqa: BLE001 - the writer already stopped on the first error
+            pass
 
 
 def _settle_refs(refs: list) -> None:

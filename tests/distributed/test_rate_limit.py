@@ -81,20 +81,25 @@ def collector(rb, tag: float, rows: int, pause: float) -> int:
 
 def test_collectors_of_very_different_speeds_keep_the_ratio_in_the_band(ray_cluster, offline_path):
     rb = remote_buffer(offline_path, prefetch=2)
-    fast, slow = 600, 40
+    fast, slow = 300, 30
     tasks = [collector.remote(rb, 1.0, fast, 0.0), collector.remote(rb, 2.0, slow, 0.05)]
-    seen, batches = [], 0
-    while True:
-        done = len(ray.wait(tasks, num_returns=2, timeout=0)[0]) == 2
-        try:  # after the collectors are done: until the band holds the learner back
-            batch = rb.sample(timeout=0.5 if done else 120)
-        except RateLimitTimeoutError:
-            if done:
-                break
-            raise
-        assert batch.batch_size == (BATCH,)
-        batches += 1
-        seen.append(rb.rate_limiter_counts)
+    seen = []
+
+    def learner() -> int:
+        batches = 0
+        while True:
+            done = len(ray.wait(tasks, num_returns=2, timeout=0)[0]) == 2
+            try:  # after the collectors are done: until the band holds the learner back
+                batch = rb.sample(timeout=0.5 if done else 120)
+            except RateLimitTimeoutError:
+                if done:
+                    return batches
+                raise
+            assert batch.batch_size == (BATCH,)
+            batches += 1
+            seen.append(rb.rate_limiter_counts)
+
+    (batches,) = run_threads(learner, timeout=180, release=rb.kill)
     assert ray.get(tasks) == [fast, slow]
     assert all(in_band(c) for c in seen), [c for c in seen if not in_band(c)][:5]
     i, s, n = rb.rate_limiter_counts

@@ -11,6 +11,7 @@ import json
 import logging
 import pickle
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,10 @@ from mixreplay import (
     SampleToInsertRatio,
 )
 from mixreplay.errors import CheckpointError
+from mixreplay.rate_limit import RateGate
 from mixreplay.samplers import PrioritizedSampler
 from mixreplay.schedules import Constant
+from tests.helpers import run_threads
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 OFFLINE = OfflineDataset.from_tensordict(TensorDict({"x": -torch.arange(1.0, 51.0)}, [50]))
@@ -102,6 +105,61 @@ def test_a_resumed_buffer_continues_the_same_ratio(kind, tmp_path):
         write(twin, rows(10, 3))
     assert a.value.written == b.value.written == 4  # error 0: room for 4 inserts
     assert twin.rate_limiter_counts == rb.rate_limiter_counts
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_state_taken_while_a_collector_writes_holds_the_rows_and_their_count(kind):
+    rb = make(kind, limiter=MinSize(1))  # never holds inserts back: the writes run flat out
+    stop = threading.Event()
+
+    def collector():
+        i = 0
+        while not stop.is_set():
+            write(rb, rows(3, i))
+            i += 3
+
+    def saver():
+        try:
+            for _ in range(300):
+                state = rb.state_dict()
+                storage = (
+                    state["storage"]
+                    if kind == "replay"
+                    else state["sources"]["online" if kind == "offline_to_online" else "on"][
+                        "storage"
+                    ]
+                )
+                # the rows saved are the rows counted: the count is made under the same lock
+                assert state["rate_limiter"]["inserts"] == storage["write_count"]
+        finally:
+            stop.set()
+
+    run_threads(collector, saver, release=rb.close)
+    assert rb.rate_limiter_counts.inserts > 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_write_is_counted_under_the_lock_that_guards_its_rows(kind, monkeypatch):
+    # what makes the test above hold: a state (taken under the storage locks) sees a write's
+    # rows and its count together, or neither
+    rb = make(kind)
+    online = {
+        "replay": lambda: rb.storage,
+        "offline_to_online": lambda: rb.online_buffer.storage,
+        "mixture": lambda: rb.source("on").storage,
+    }[kind]()
+    held = []
+    commit = RateGate.commit_insert
+
+    def checked(self, k, size, rows):
+        held.append(online.lock._is_owned())
+        return commit(self, k, size, rows)
+
+    monkeypatch.setattr(RateGate, "commit_insert", checked)
+    write(rb, rows(3))
+    with pytest.raises(RateLimitTimeoutError):
+        write(rb, rows(10, 3))  # in parts: 1 more row fits
+    assert held == [True, True]
 
 
 def test_state_dict_round_trips_the_counts_and_pickling_keeps_them():

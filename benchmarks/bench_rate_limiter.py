@@ -20,6 +20,7 @@ Writes ``benchmarks/results/bench_rate_limiter.json`` (``--out``), with the peer
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import platform
@@ -144,6 +145,10 @@ def main(argv=None) -> dict:
         )
     import tensordict
 
+    try:
+        torchrl_version = importlib.metadata.version("torchrl")  # not imported: not used here
+    except importlib.metadata.PackageNotFoundError:
+        torchrl_version = None
     out = {
         "benchmark": "bench_rate_limiter",
         "command": "python benchmarks/bench_rate_limiter.py"
@@ -159,6 +164,7 @@ def main(argv=None) -> dict:
             "python": platform.python_version(),
             "torch": torch.__version__,
             "tensordict": tensordict.__version__,
+            "torchrl": torchrl_version,
             "mixreplay": mixreplay.__version__,
         },
         "settings": {

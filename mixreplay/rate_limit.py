@@ -173,10 +173,12 @@ class RateLimiter:
 
     def inserts_allowed(self, inserts: int, samples: int, size: int, n: int) -> int:
         """How many of ``n`` rows may be inserted now, one after the other (``0..n``)."""
-        free = self._min_size - size  # filling up to min_size_to_sample is always allowed
-        if free >= n or math.isinf(self._max_diff):
-            return n
         spi, top = self._spi, self._max_diff
+        if (inserts + n) * spi - samples <= top:  # all of them: the common case, one product
+            return n
+        free = self._min_size - size  # filling up to min_size_to_sample is always allowed
+        if free >= n:
+            return n
         k = math.floor((top + samples) / spi) - inserts  # then corrected for rounding
         k = max(0, min(n, k))
         while k < n and (inserts + k + 1) * spi - samples <= top:
@@ -585,13 +587,6 @@ class RateGate:
     ) -> int:
         """Wait until some of ``n`` rows fit the band; reserve and return how many (``>= 1``)."""
         lim = self.limiter
-
-        def fits() -> int:
-            pending = self._pending_inserts
-            return lim.inserts_allowed(
-                self._inserts + pending, self._samples, self._size + pending, n
-            )
-
         with self._cond:
             pending = self._pending_inserts
             k = 0
@@ -600,6 +595,13 @@ class RateGate:
                     self._inserts + pending, self._samples, self._size + pending, n
                 )
             if not k:
+
+                def fits() -> int:
+                    pending = self._pending_inserts
+                    return lim.inserts_allowed(
+                        self._inserts + pending, self._samples, self._size + pending, n
+                    )
+
                 k = self._wait(
                     fits,
                     deadline,

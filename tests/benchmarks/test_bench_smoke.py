@@ -282,3 +282,21 @@ def test_halfcheetah_report_joins_complete_runs(tmp_path):
     assert "| weak (742) | 50/50 mixed | 2,500 [2,500, 2,500] | 4,500 [4,500, 4,500] |" in text
     assert len(read_csv(tmp_path / "r" / "hc.csv")) == 8  # the first file's online run only
     assert (tmp_path / "r" / "hc.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_rate_limiter_tiny_writes_its_results(tmp_path):
+    out = tmp_path / "bench_rate_limiter.json"
+    text = run_bench(
+        "bench_rate_limiter.py",
+        "--rounds", "1", "--calls", "20", "--offline", "2000", "--out", str(out),
+        tmp=tmp_path,
+    )  # fmt: skip
+    saved = json.loads(out.read_text())
+    assert saved["benchmark"] == "bench_rate_limiter"
+    names = [r["name"] for r in saved["rows"]]
+    assert "OfflineToOnline mixed sample(256)" in names and len(names) == 6
+    for row in saved["rows"]:
+        assert row["peer"] == "no limiter" and row["unit"] == "us" and row["better"] == "lower"
+        assert row["ratio"] == pytest.approx(row["peer_value"] / row["mixreplay"], rel=0.01)
+        assert f"| {row['name']} |" in text
+    assert set(saved["versions"]) == {"python", "torch", "tensordict", "torchrl", "mixreplay"}

@@ -20,7 +20,7 @@ from mixreplay.errors import CheckpointError, EmptyBufferError
 from mixreplay.layout import new_tensordict
 from mixreplay.rate_limit import check_timeout, make_gate, write_limited
 from mixreplay.samplers import RandomSampler, Sampler
-from mixreplay.storages.base import PackedStorage, Storage
+from mixreplay.storages.base import Storage
 from mixreplay.storages.foreign import adapt_storage, looks_like_storage
 from mixreplay.storages.ring import LazyTensorStorage
 from mixreplay.transforms import Inverted, Transform
@@ -38,60 +38,12 @@ _NOTHING_WRITTEN = torch.zeros((0, 1), dtype=torch.long)
 # TorchRL's words first: code written against TorchRL matches on them
 EMPTY_MESSAGE = "Cannot sample from an empty storage: extend the buffer with rows first"
 
-#: What a mixing buffer's fast path draws with: ``drawer(n, generator, out, index)`` draws
-#: ``n`` rows, gathers their packed words into ``out`` and returns their slots. ``index``,
-#: when given, is an int64 ``[n]`` tensor of the caller's that a drawer may draw the slots
-#: into instead of a new one (the caller then discards them); a drawer may ignore it.
+#: What a mixing buffer draws a source's rows with (:meth:`ReplayBuffer.packed_drawer`):
+#: ``drawer(n, generator, out, index)`` draws ``n`` rows, gathers their packed words into
+#: ``out`` and returns their slots. ``index``, when given, is an int64 ``[n]`` buffer of the
+#: caller's that the slots may be drawn into instead of a new tensor (the caller then reads
+#: them before the next draw).
 Drawer = Callable[[int, torch.Generator, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
-
-
-def drawer_of(draw_into: Callable[[int, torch.Generator, torch.Tensor], torch.Tensor]) -> Drawer:
-    """A ``draw_into(n, generator, out)`` as a :data:`Drawer` that leaves the caller's index
-    buffer alone (its slots come in a new tensor)."""
-
-    def draw(
-        n: int, generator: torch.Generator, out: torch.Tensor, index: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        return draw_into(n, generator, out)
-
-    return draw
-
-
-def _uniform_drawer(
-    storage: PackedStorage,
-    general: Callable[[int, torch.Generator, torch.Tensor], torch.Tensor],
-) -> Drawer:
-    """``RandomSampler`` + ``PackedStorage.gather_into`` on the host, without their dispatch.
-
-    A generator on another device (or rows not yet allocated) goes to ``general``, the
-    buffer's own ``draw_into``, which handles or refuses it.
-    """
-    lock, randint, select = storage.lock, torch.randint, torch.index_select
-    host = torch.device("cpu")
-    # the last generator seen on the host (held, so its identity cannot pass to another)
-    checked: list[torch.Generator | None] = [None]
-
-    def draw(
-        n: int, generator: torch.Generator, out: torch.Tensor, index: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        if generator is not checked[0]:
-            if generator.device.type != "cpu":
-                return general(n, generator, out)
-            checked[0] = generator
-        with lock:
-            size, rows = len(storage), storage._rows
-            if not size or rows is None:
-                return general(n, generator, out)
-            if index is None:
-                # on the host as RandomSampler draws it, whatever torch's default device
-                index = randint(size, (n,), generator=generator, device=host)
-            else:
-                # the very numbers: randint(size, ...) is random_(0, size) of a new tensor
-                index.random_(0, size, generator=generator)
-            select(rows, 0, index, out=out)
-        return index
-
-    return draw
 
 
 def _eval(transform: Any) -> None:
@@ -501,40 +453,41 @@ class ReplayBuffer(BufferBase[Sampled]):
             rows = self._transform(rows)
         return rows, index
 
-    def draw_into(self, n: int, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
-        """Draw ``n`` rows with ``generator`` and copy their packed words into ``out``.
+    def packed_drawer(self) -> Drawer:
+        """What a mixing buffer draws this buffer's rows with, straight into its packed batch.
 
-        The fast path of a mixing buffer: ``out`` is this source's part of a packed
-        batch (``[n, row_words]`` int64, see :class:`~mixreplay.layout.RowLayout`);
-        no transform runs. Returns the slots drawn.
+        A :data:`Drawer`: under the storage's lock, the sampler draws the slots
+        (:meth:`~mixreplay.Sampler.sample_into`, into the caller's index buffer where it can)
+        and the storage copies their packed words into ``out``
+        (:meth:`~mixreplay.storages.base.PackedStorage.gather_into`); no transform runs. A
+        sampler that ends an epoch with a short chunk is asked again for the rest.
         """
-        storage = self._storage
-        with storage.lock:
-            index = self._sampler.sample(storage, n, generator)
-            if index.numel() != n:  # an epoch ended with a short chunk
-                index = self._draw_exact(n, generator, index)
-            storage.gather_into(index, out)
-        return index
+        storage, sampler = self._storage, self._sampler
+        lock, sample, sample_into = storage.lock, sampler.sample, sampler.sample_into
+        gather_into = storage.gather_into
+        # the last generator seen drawing into a host index buffer (held, so that its
+        # identity cannot pass to another): the device is checked once per generator
+        host: list[torch.Generator | None] = [None]
 
-    def packed_drawer(self, out_device: torch.device) -> Drawer:
-        """What a mixing buffer's fast path draws with, for a packed output on ``out_device``.
+        def draw(
+            n: int, generator: torch.Generator, out: torch.Tensor, index: torch.Tensor | None = None
+        ) -> torch.Tensor:
+            if index is not None and generator is not host[0]:
+                if generator.device != index.device:
+                    index = None
+                else:
+                    host[0] = generator
+            with lock:
+                if index is None:
+                    slots = sample(storage, n, generator)
+                else:
+                    slots = sample_into(storage, n, generator, index)
+                if slots.numel() != n:  # an epoch ended with a short chunk
+                    slots = self._draw_exact(n, generator, slots)
+                gather_into(slots, out)
+            return slots
 
-        :meth:`draw_into` in general (:func:`drawer_of`); for the common case (uniform draws with replacement
-        from a packed storage in host memory, into host memory) a drawer that does exactly
-        what :meth:`draw_into` does there, with the sampler's and storage's dispatch
-        resolved once: the same ``randint`` numbers on the same generator, the same rows
-        (drawn into the caller's ``index`` when it gives one).
-        """
-        storage = self._storage
-        if (
-            type(self._sampler) is RandomSampler
-            and isinstance(storage, PackedStorage)
-            and type(storage).gather_into is PackedStorage.gather_into
-            and storage.device.type == "cpu"
-            and out_device.type == "cpu"
-        ):
-            return _uniform_drawer(storage, self.draw_into)
-        return drawer_of(self.draw_into)
+        return draw
 
     def _sample_now(self, n: int, info: bool) -> Sampled:
         """Draw, gather and transform one batch."""

@@ -1,19 +1,12 @@
-"""The mixing engine shared by both mixing buffers: split, gather, labels, priorities, state.
+"""The mixing engine shared by both mixing buffers: split, labels, priorities, state.
 
 A mixing buffer holds sources, each behind the source contract
 (:class:`~mixreplay.mixing.source.MixSource`), and, per batch, a count per source
 from its subclass's :meth:`MixingBuffer._split`. The engine keeps only the mixing:
-which source gives how many rows, where they go in the batch, the per-row labels,
-the routing of priority updates and the state of the whole; everything about one
-source is asked of that source.
-
-Fast path: when every source can gather packed rows with one layout and has no
-transform (:meth:`~mixreplay.mixing.source.MixSource.packed_layout`), each
-source's rows are gathered straight into one preallocated packed output (one
-``index_select`` per source, no per-source TensorDict, no ``cat``). Otherwise
-(a foreign source, a source with transforms, layouts that differ) each source's
-rows are drawn and transformed by the source, then aligned and written into the
-output. Either way the mixing buffer's own transforms run last, on the whole batch.
+which source gives how many rows, the per-row labels, the routing of priority updates
+and the state of the whole; everything about one source is asked of that source, and
+how the rows reach a batch is one pipeline, :class:`~mixreplay.mixing.plan.DrawPlan`.
+The mixing buffer's own transforms run last, on the whole batch.
 """
 
 from __future__ import annotations
@@ -28,52 +21,19 @@ from tensordict import TensorDict, TensorDictBase
 
 from mixreplay._state import Plan
 from mixreplay.buffers.base import BufferBase
-from mixreplay.buffers.replay import Drawer
 from mixreplay.errors import CheckpointError, EmptyBufferError, PriorityError, SchemaMismatchError
-from mixreplay.layout import PackedRows, RowLayout, new_tensordict
-from mixreplay.mixing.source import MixSource, strip_bookkeeping
+from mixreplay.layout import new_tensordict
+from mixreplay.mixing.plan import SCHEMA_FIX, DrawPlan, Notes
+from mixreplay.mixing.source import MixSource
 from mixreplay.rate_limit import check_timeout, make_gate, write_limited
 from mixreplay.samplers.base import MASK_KEY
 from mixreplay.schema import NestedKey, Schema, format_key, normalize_key
 from mixreplay.storages.base import check_rows
 from mixreplay.transforms import Transform
 
-__all__ = ["MixedDraw", "MixingBuffer"]
+__all__ = ["SCHEMA_FIX", "MixedDraw", "MixingBuffer"]
 
 log = logging.getLogger(__name__)
-
-SCHEMA_FIX = (
-    "make every source produce the same keys, dtypes and per-row shapes: load the dataset "
-    "with the loader's options (load_dataset(id, dtype=torch.float32, keys=[...], "
-    "rename={...})), attach a transform to the source (e.g. "
-    "offline.append_transform(DoubleToFloat())), or convert the online rows before "
-    "extend (td.float(), td.select(...))"
-)
-
-
-class _Scratch(NamedTuple):
-    """A fused batch's packed rows, kept for the next batch of the same split (host only)."""
-
-    layout: RowLayout
-    counts: list[int]
-    rows: PackedRows
-    #: (source index, its part of ``rows.words``, an int64 buffer of its row count) for each
-    #: source that gives rows; a host batch whose indices are not kept draws them into the
-    #: buffer (``None`` off the host, where every batch keeps its indices)
-    parts: list[tuple[int, torch.Tensor, torch.Tensor | None]]
-
-    @classmethod
-    def make(cls, layout: RowLayout, counts: list[int], device: torch.device) -> _Scratch:
-        rows = layout.new_rows(sum(counts), device)
-        parts, pos = [], 0
-        host = device.type == "cpu"
-        for i, k in enumerate(counts):
-            if k:
-                # on the host whatever torch's default device, as the drawer's randint
-                index = torch.empty(k, dtype=torch.int64, device=device) if host else None
-                parts.append((i, rows.words[pos : pos + k], index))
-                pos += k
-        return cls(layout, list(counts), rows, parts)
 
 
 class MixedDraw(NamedTuple):
@@ -92,27 +52,14 @@ class MixedDraw(NamedTuple):
     masks: list[torch.Tensor | None] | None = None
 
 
-class _Notes(NamedTuple):
-    """What a draw with info reads of each source with its rows (see MixingBuffer._held)."""
-
-    weights: list[torch.Tensor | None]
-    masks: list[torch.Tensor | None]
-
-    @classmethod
-    def empty(cls, n: int) -> _Notes:
-        return cls([None] * n, [None] * n)
-
-
-def _rows(td: TensorDictBase) -> str:
-    shape = list(td.batch_size)
-    return f"{shape[0]} rows" if len(shape) == 1 else f"rows of batch_size {shape}"
-
-
 class MixingBuffer(BufferBase[MixedDraw]):
     """Sources mixed per batch; subclasses decide the split (:meth:`_split`)."""
 
     _names: tuple[str, ...]
     _sources: list[MixSource]
+    #: whether sources may gather straight into the packed batch (``False``: every source
+    #: draws its rows as a TensorDict; the same batches, slower: tests compare the two)
+    _draw_packed: bool = True
 
     def _init_common(
         self,
@@ -129,36 +76,22 @@ class MixingBuffer(BufferBase[MixedDraw]):
             self._source_key = None if source_key is None else normalize_key(source_key)
         except TypeError as err:
             raise TypeError(f"source_key: {err}") from None
-        self._layout: RowLayout | None = None  # the fast path's packed layout
-        self._device = torch.device("cpu")
-        self._fused = False  # every source gathers packed rows of one layout, untransformed
-        self._lean = False  # _sample_lean applies (decided with _fused)
-        self._host_out = True  # batches are made in host memory (decided with _fused)
-        self._scratch: dict[int, _Scratch] = {}
-        self._drawers: list[Drawer] = []
-        self._source_devices: list[torch.device | None] = []  # None: host rows
-        self._fused_stamp = -1  # the sources' transforms when _fused was decided
+        self._plan: DrawPlan | None = None  # how batches are drawn (made on first use)
         self._unit_size: int | None = None  # rows per sampling unit, once known
         self._distinct: tuple[int, ...] = ()
         # source labels per split and device
         self._labels: dict[tuple[int | torch.device, ...], torch.Tensor] = {}
         # the last split when _split_key allows: (batch size, schedule, step, live, counts)
         self._counts_memo: tuple[int, object, Any, list[bool], list[int]] | None = None
-        self._layouts: dict[Schema, RowLayout] = {}  # output layouts of the generic path
 
     def _init_sources(self, names: Sequence[str], sources: Sequence[MixSource]) -> None:
         self._names = tuple(names)
         self._sources = list(sources)
         # asked before every batch; a source's sampler and storage are its own for life
         self._available = [s.available_getter() for s in self._sources]
-        self._prioritized = [s.prioritized for s in self._sources]
-        self._pads = [s.pads for s in self._sources]
-        # what a draw with info reads under the source's lock with the rows
-        self._noted = [p or q for p, q in zip(self._prioritized, self._pads)]
         for src in self._sources:
             if len(src):
                 self._check_source_key(src.stored_schema)
-        self._refresh_layout()
 
     def _init_rate_limiter(self, rate_limiter: Any) -> None:
         """Set up ``rate_limiter`` (see :mod:`mixreplay.rate_limit`); after :meth:`_init_sources`."""
@@ -254,10 +187,11 @@ class MixingBuffer(BufferBase[MixedDraw]):
 
         if self._gate is not None:  # rate limiter: in the parts its band allows
             return self._write_limited(src, data, check, check_timeout(timeout))
+        first = len(src) == 0
         self._before_write()
         index = src.extend(data, check)
-        if not self._fused:
-            self._refresh_layout()
+        if first:  # a source's first rows may give batches their layout: plan again
+            self._plan = None
         self._after_write()
         return index
 
@@ -269,6 +203,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
         n = data.batch_size[0]
 
         def write(a: int, b: int, commit) -> torch.Tensor:
+            first = len(src) == 0
             self._before_write()
             index = src.extend(
                 data if b - a == n else data[a:b],
@@ -276,48 +211,34 @@ class MixingBuffer(BufferBase[MixedDraw]):
                 # under the source's lock: a checkpoint holds the rows and their count
                 lambda index: commit(self._online_rows(), len(index)),
             )
-            if not self._fused:
-                self._refresh_layout()
+            if first:  # a source's first rows may give batches their layout: plan again
+                self._plan = None
             self._after_write()
             return index
 
         return write_limited(self._gate, n, timeout, write, torch.cat)
 
+    def _sources_stamp(self) -> int:
+        # versions only grow, so the sum changes whenever any source's transform changes
+        return sum([s.transforms_version for s in self._sources])
+
     def _transforms_stamp(self) -> int:
-        # versions only grow, so the sum changes whenever any transform changes
-        return sum([s.transforms_version for s in self._sources]) + self._transform.version
+        return self._sources_stamp() + self._transform.version
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        # the fast path's drawers (closures) and scratch rows are rebuilt on the first draw
-        state.update(_fused=False, _lean=False, _fused_stamp=-1, _drawers=[], _scratch={})
+        state["_plan"] = None  # drawers (closures) and scratch rows: made again on first use
         return state
 
-    def _refresh_layout(self) -> None:
-        """Decide the fast path: every source gathers packed rows of one layout, untransformed."""
-        self._fused_stamp = self._transforms_stamp()
-        layouts = [s.packed_layout() for s in self._sources]
-        first = layouts[0]
-        self._fused = first is not None and all(lay == first for lay in layouts)
-        self._layout = first if self._fused else None
-        devices = [d for s in self._sources if (d := s.device) is not None]
-        self._device = self._batch_device or (devices[-1] if devices else torch.device("cpu"))
-        self._drawers = (
-            [s.packed_drawer(self._device) for s in self._sources] if self._fused else []
-        )
-        # sources whose rows are on an accelerator draw with a generator there
-        self._source_devices = [
-            None if d is None or d.type == "cpu" else d for d in (s.device for s in self._sources)
-        ]
-        # batches made in host memory (read once here: ``device.type`` costs µs per batch)
-        self._host_out = self._device.type == "cpu"
-        # _sample_lean applies: the fast path, on the host, with no labels to add
-        self._lean = (
-            self._fused
-            and self._host_out
-            and all(d is None for d in self._source_devices)
-            and self._source_key is None
-        )
+    def _drawing_plan(self) -> DrawPlan:
+        """The plan batches are drawn with, made again when a source's transforms changed
+        (or it is gone: a source's first rows, a restored state)."""
+        plan, stamp = self._plan, self._sources_stamp()
+        if plan is None or plan.stamp != stamp or plan.layout is None:
+            plan = self._plan = DrawPlan(
+                self._sources, self._names, self._batch_device, stamp, packed=self._draw_packed
+            )
+        return plan
 
     # -- sampling --------------------------------------------------------------------------
 
@@ -461,50 +382,45 @@ class MixingBuffer(BufferBase[MixedDraw]):
 
     def _sample_unlimited(self, batch_size: int | None, return_info: bool) -> Any:
         """:meth:`sample`, once the rate limiter (if any) let it through."""
-        if not return_info:
-            batch = self._sample_lean(batch_size)
-            if batch is not None:
-                return batch
-        drawn, _ = self._draw(batch_size, return_info)
+        if self._prefetch:
+            drawn, _ = self._draw(batch_size, return_info)
+        elif not return_info:  # the most common call: no record of the draw to keep
+            return self._mix(self._resolve_batch_size(batch_size), None)[0]
+        else:
+            drawn = self._sample_now(self._resolve_batch_size(batch_size), True)
         if not return_info:
             return drawn.batch
         return drawn.batch, self._info(drawn)
 
-    def _sample_lean(self, batch_size: int | None) -> TensorDictBase | None:
-        """The most common batch, drawn with fewer calls: no info, no prefetching, no labels,
-        every source on the fast path in host memory (``_lean``) with its transforms as when
-        that was decided. ``None`` when any of it does not hold: :meth:`_sample_now` then
-        draws it (and decides the fast path again). The same draws, rows and errors as
-        :meth:`_sample_now`."""
-        if not self._lean or self._prefetch:
-            return None
-        B = self._resolve_batch_size(batch_size)
-        if self._transforms_stamp() != self._fused_stamp:
-            return None
-        counts = self._counts(B)
-        batch, _ = self._gather_fused(counts, keep_indices=False)
-        self._commit_split(counts)
-        return self._finish(batch)
-
     def _sample_now(self, B: int, info: bool) -> MixedDraw:
         """One batch, with what its info is built from when ``info``."""
-        stamp = self._transforms_stamp()
-        counts = self._counts(B)
-        if not self._fused or stamp != self._fused_stamp:
-            self._refresh_layout()
         # each prioritized source's weights and padding source's mask, read with its rows
-        notes = _Notes.empty(len(counts)) if info else None
-        if self._fused:
-            batch, indices = self._gather_fused(counts, notes=notes)
-        else:
-            indices = [None] * len(counts)
-            # a failed draw (a source's transform raising, say) is undone: retrying draws the same
+        notes = Notes.empty(len(self._sources)) if info else None
+        batch, counts, indices, source = self._mix(B, notes)
+        if notes is None:
+            return MixedDraw(batch, counts, indices, source, None)
+        return MixedDraw(batch, counts, indices, source, notes.weights, notes.masks)
+
+    def _mix(
+        self, B: int, notes: Notes | None
+    ) -> tuple[TensorDictBase, list[int], list[torch.Tensor | None], torch.Tensor | None]:
+        """Draw one batch of ``B`` rows: the batch, its split, each source's indices (kept
+        buffers, rewritten by the next batch, unless ``notes``) and the rows' source labels
+        (when a label or info needs them)."""
+        plan = self._drawing_plan()
+        counts = self._counts(B)
+        info = notes is not None
+        if plan.may_fail:
+            # a source's own draw (its transforms) may fail after the generator moved: the
+            # batch's draws are undone, so a retry draws the same
             snapshot = self._draw_snapshot()
             try:
-                batch = self._sample_generic(B, counts, indices, notes)
+                batch, indices = plan.draw(counts, self._generator, self._generator_for, notes)
             except BaseException:
                 self._restore_draws(snapshot)
                 raise
+        else:
+            batch, indices = plan.draw(counts, self._generator, self._generator_for, notes)
         self._commit_split(counts)
         source = None
         if self._source_key is not None or info:
@@ -513,63 +429,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
             if self._source_key is not None:
                 # the batch's column is its own: writing to it never reroutes update_priority
                 batch.set(self._source_key, source.clone() if info else source)
-        batch = self._finish(batch)
-        if notes is None:
-            return MixedDraw(batch, counts, indices, source, None)
-        return MixedDraw(batch, counts, indices, source, notes.weights, notes.masks)
-
-    def _held(self, i: int, notes: _Notes | None) -> Any:
-        """What a draw from source ``i`` holds: with ``notes`` (info asked for) and a source
-        that has something to note (weights, a mask), that source's lock (re-entrant), so that
-        the notes are read under the same hold as its rows; a collector writing meanwhile could
-        otherwise put a row's priority and the smallest priority in two states (weights above
-        1, a tree caught mid-update)."""
-        if notes is None or not self._noted[i]:
-            return contextlib.nullcontext()
-        return self._sources[i].lock()
-
-    def _note(self, i: int, index: torch.Tensor, notes: _Notes) -> None:
-        """Read source ``i``'s weights and mask of the draw that returned ``index`` (held)."""
-        src = self._sources[i]
-        if self._prioritized[i]:
-            notes.weights[i] = src.weight(index)
-        if self._pads[i]:
-            notes.masks[i] = src.mask(index)
-
-    def _gather_fused(
-        self,
-        counts: list[int],
-        keep_indices: bool = True,
-        notes: _Notes | None = None,
-    ) -> tuple[TensorDictBase, list[torch.Tensor | None]]:
-        """The fast path: one gather per source, straight into one packed output, then each
-        leaf copied out of it; the batch and each source's row indices (without
-        ``keep_indices``, they may be the scratch's buffers, rewritten by the next batch).
-        ``notes``, when given, is filled with the sources' weights and masks."""
-        layout = self._layout
-        assert layout is not None
-        # The packed rows are scratch (copy_views copies every leaf out of them), so one CPU
-        # buffer and its per-source parts are kept for the next batch of this split; taken
-        # with an atomic pop, so two threads sampling at once never share it.
-        kept = self._scratch.pop(0, None)
-        if kept is None or kept.layout is not layout or kept.counts != counts:
-            kept = _Scratch.make(layout, counts, self._device)
-        indices: list[torch.Tensor | None] = [None] * len(counts)
-        drawers, where, gen = self._drawers, self._source_devices, self._generator
-        for i, part, index in kept.parts:
-            # drawn where the rows are: the buffer's generator for host rows
-            g = gen if where[i] is None else self._generator_for(where[i])
-            if notes is None:
-                indices[i] = drawers[i](counts[i], g, part, None if keep_indices else index)
-                continue
-            with self._held(i, notes):
-                indices[i] = idx = drawers[i](counts[i], g, part, None)
-                self._note(i, idx, notes)
-        rows = kept.rows
-        batch = layout.copy_views(rows.views, rows.batch_size, self._device)
-        if self._host_out:  # elsewhere a copy may still be reading it
-            self._scratch[0] = kept
-        return batch, indices
+        return self._finish(batch), counts, indices, source
 
     def _source_labels(self, counts: list[int], device: torch.device) -> torch.Tensor:
         """Each row's source index for a batch split as ``counts``, on ``device`` (kept per
@@ -582,64 +442,6 @@ class MixingBuffer(BufferBase[MixedDraw]):
             labels = torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(counts))
             labels = self._labels[key] = labels.to(device)
         return labels
-
-    def _sample_generic(
-        self,
-        B: int,
-        counts: list[int],
-        indices: list[torch.Tensor | None],
-        notes: _Notes | None = None,
-    ) -> TensorDictBase:
-        """Sources that are foreign, transformed or differ in layout: draw, transform, align."""
-        parts = []
-        for i, k in enumerate(counts):
-            if not k:
-                continue
-            src = self._sources[i]
-            g = self._generator_for(src.device)
-            with self._held(i, notes):
-                drawn = src.draw(k, g)
-                if notes is not None and drawn.index is not None:
-                    self._note(i, drawn.index, notes)
-            rows = drawn.rows
-            if rows.batch_size != (k,):  # the batch would hold rows of uninitialised memory
-                raise ValueError(
-                    f"source {self._names[i]!r} gave {_rows(rows)} for the {k} rows drawn from "
-                    "it: a source's transforms must keep one row per row (batch_size "
-                    f"[{k}]); filter or reshape rows in the mixing buffer's own transform "
-                    "instead, which runs on the whole batch"
-                )
-            indices[i] = drawn.index
-            parts.append(rows)
-        if len(parts) == 1:
-            return strip_bookkeeping(parts[0])
-        layout = self._output_layout(Schema.from_tensordict(strip_bookkeeping(parts[-1])))
-        device = parts[-1].device or torch.device("cpu")
-        out = torch.empty(B, layout.row_words, dtype=torch.int64, device=device)
-        pos = 0
-        for td in parts:
-            n = td.batch_size[0]
-            td = strip_bookkeeping(td, layout.schema)
-            try:
-                leaves = layout.leaves_of(td)
-            except SchemaMismatchError as err:
-                raise SchemaMismatchError(f"{err}\nFix: {SCHEMA_FIX}") from None
-            if any(v.device != device for v in leaves):
-                leaves = [v.to(device) for v in leaves]
-            with torch.no_grad():
-                layout.write(leaves, layout.group_views(out[pos : pos + n]))
-            pos += n
-        return layout.copy_out(out, device)
-
-    def _output_layout(self, schema: Schema) -> RowLayout:
-        """The packed layout of a batch with ``schema`` (built once: it compiles its unpacking)."""
-        layouts = self._layouts
-        layout = layouts.get(schema)
-        if layout is None:
-            if len(layouts) > 16:  # transforms that keep changing the schema: do not hoard
-                layouts.clear()
-            layout = layouts[schema] = RowLayout(schema)
-        return layout
 
     def _info(self, drawn: MixedDraw) -> TensorDict:
         counts, indices, source = drawn.counts, drawn.indices, drawn.source
@@ -830,6 +632,6 @@ class MixingBuffer(BufferBase[MixedDraw]):
                     plan()
             self._unit_size = None
             self._counts_memo = None
-            self._refresh_layout()
+            self._plan = None
 
         return apply

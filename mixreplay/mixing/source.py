@@ -8,7 +8,7 @@ them, its transforms, priorities and state) is asked of that source through
     MixSource          the contract
     ├── BufferSource   a mixreplay ReplayBuffer or OfflineDataset: drawn with the mixing
     │                  buffer's generator under the buffer's own lock; packed rows with no
-    │                  transform are gathered straight into the batch (the fast path)
+    │                  transform are gathered straight into the batch (one gather each)
     └── ForeignSource  anything with sample(n) and len() (a TorchRL buffer or dataset):
                        it samples itself, with its own RNG and transforms
 
@@ -31,7 +31,7 @@ import torch
 from tensordict import TensorDictBase
 
 from mixreplay._state import Plan
-from mixreplay.buffers.replay import Drawer, ReplayBuffer, drawer_of
+from mixreplay.buffers.replay import Drawer, ReplayBuffer
 from mixreplay.errors import CheckpointError, ReadOnlyError
 from mixreplay.layout import RowLayout
 from mixreplay.samplers.base import MASK_KEY, Sampler
@@ -165,20 +165,16 @@ class MixSource(abc.ABC):
     # -- drawing ----------------------------------------------------------------------------
 
     def packed_layout(self) -> RowLayout | None:
-        """The layout of its rows when :meth:`draw_into` can gather them straight into a
+        """The layout of its rows when :meth:`packed_drawer` can gather them straight into a
         packed batch (packed rows, no transform); ``None`` otherwise."""
         return None
 
-    def draw_into(self, n: int, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
-        """Draw ``n`` rows with ``generator`` and gather their packed words into ``out``
-        (``[n, W]``); return their indices. Only called when :meth:`packed_layout` is not ``None``."""
-        raise NotImplementedError(f"{type(self).__name__} has no packed fast path")
-
-    def packed_drawer(self, out_device: torch.device) -> Drawer:
-        """The callable the fast path draws with into a packed output on ``out_device``:
-        :meth:`draw_into` as a :data:`~mixreplay.buffers.replay.Drawer`, or what does the
-        same (looked up once per layout decision, not once per batch)."""
-        return drawer_of(self.draw_into)
+    def packed_drawer(self) -> Drawer:
+        """What draws ``n`` rows straight into a packed batch (``[n, W]`` words of
+        :meth:`packed_layout`) and returns their indices (a
+        :data:`~mixreplay.buffers.replay.Drawer`). Only asked for when :meth:`packed_layout`
+        is not ``None``."""
+        raise NotImplementedError(f"{type(self).__name__} draws no packed rows")
 
     @abc.abstractmethod
     def draw(self, n: int, generator: torch.Generator) -> Drawn:
@@ -244,7 +240,7 @@ class BufferSource(MixSource):
     """A mixreplay :class:`~mixreplay.ReplayBuffer` (or :class:`~mixreplay.OfflineDataset`).
 
     Its rows are drawn by its own sampler with the mixing buffer's generator,
-    gathered under its own lock (:meth:`ReplayBuffer.draw_into` /
+    gathered under its own lock (:meth:`ReplayBuffer.packed_drawer` /
     :meth:`ReplayBuffer.draw_rows`), and transformed by its own transforms.
     """
 
@@ -356,11 +352,8 @@ class BufferSource(MixSource):
             return None
         return storage.layout
 
-    def draw_into(self, n: int, generator: torch.Generator, out: torch.Tensor) -> torch.Tensor:
-        return self.buffer.draw_into(n, generator, out)
-
-    def packed_drawer(self, out_device: torch.device) -> Drawer:
-        return self.buffer.packed_drawer(out_device)
+    def packed_drawer(self) -> Drawer:
+        return self.buffer.packed_drawer()
 
     def draw(self, n: int, generator: torch.Generator) -> Drawn:
         rows, index = self.buffer.draw_rows(n, generator)

@@ -143,6 +143,14 @@ class Sampler:
         """Return ``n`` int64 slots of filled rows of ``storage``, drawn with ``generator``."""
         raise NotImplementedError
 
+    def sample_into(
+        self, storage: Storage, n: int, generator: torch.Generator, index: torch.Tensor
+    ) -> torch.Tensor:
+        """:meth:`sample`, drawing into ``index`` (an int64 ``[n]`` buffer of the caller's, on
+        the generator's device) where the sampler can; returns the slots, in ``index`` or in
+        a new tensor. The same numbers as :meth:`sample` either way. The default: a new one."""
+        return self.sample(storage, n, generator)
+
     def available(self, storage: Storage) -> int:
         """How many units could be drawn now; a mixing buffer skips a source with none."""
         return len(storage)

@@ -77,6 +77,15 @@ class RandomSampler(Sampler):
             raise EmptyBufferError("cannot sample: the source holds no rows; extend it first")
         return torch.randint(size, (n,), generator=generator, device=generator.device)
 
+    def sample_into(
+        self, storage: Storage, n: int, generator: torch.Generator, index: torch.Tensor
+    ) -> torch.Tensor:
+        size = len(storage)
+        if size == 0:
+            raise EmptyBufferError("cannot sample: the source holds no rows; extend it first")
+        # the very numbers: randint(size, ...) is random_(0, size) of a new tensor
+        return index.random_(0, size, generator=generator)
+
 
 # Its public home: checkpoints name a sampler by module and class, and pickles find it there.
 RandomSampler.__module__ = "mixreplay.samplers"

@@ -542,10 +542,16 @@ class PackedStorage(Storage):
         return torch.index_select(rows, 0, index)
 
     def gather_into(self, index: torch.Tensor, out: torch.Tensor) -> None:
-        """Copy rows ``index`` into packed ``out`` (``[len(index), W]``; caller holds :attr:`lock`)."""
+        """Copy rows ``index`` into packed ``out`` (``[len(index), W]``; caller holds :attr:`lock`).
+
+        ``index`` and ``out`` may be on any device: rows bound elsewhere are staged once
+        (page-locked towards an accelerator) and moved with one copy."""
         rows = self._rows
         if rows is None:
             raise EmptyBufferError("cannot read rows from a storage that holds none")
+        if rows.is_cpu and index.is_cpu and out.is_cpu:  # the common case, told apart cheaply
+            torch.index_select(rows, 0, index, out=out)
+            return
         if index.device != rows.device:
             index = to_device(index, rows.device)
         if out.device == rows.device:

@@ -148,7 +148,7 @@ def test_two_threads_sampling_at_once_get_their_own_rows():
     assert not bad
 
 
-LEAN_OPS = st.one_of(
+PLAN_OPS = st.one_of(
     st.tuples(st.just("sample"), st.sampled_from([None, 1, 7, 64])),
     st.tuples(st.just("extend"), st.integers(1, 5)),
     st.tuples(st.just("extend the offline side behind its back"), st.integers(1, 5)),
@@ -156,6 +156,7 @@ LEAN_OPS = st.one_of(
     st.tuples(st.just("anneal"), st.integers(0, 50)),
     st.tuples(st.just("transform the offline side"), st.just(0)),
     st.tuples(st.just("transform the batches"), st.just(0)),
+    st.tuples(st.just("prioritize"), st.just(0)),
 )
 
 
@@ -163,49 +164,89 @@ def _double_reward(td):
     return td.set("reward", td["reward"] * 2)
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(LEAN_OPS, max_size=14))
-def test_sample_without_info_draws_what_sample_with_info_draws(ops):
-    # sample() takes a shorter road when it can (no info, no prefetch, every source on the
-    # host fast path, transforms unchanged); the other buffer always takes the general one
-    # (return_info=True): the same operations give the same batches, rows and errors.
-    from mixreplay import LazyTensorStorage, ReplayBuffer
+#: how each buffer of the property below draws: whether sources gather straight into the packed
+#: batch (else every source draws its rows as a TensorDict, then packs them), and whether info
+#: is asked for (then indices are new tensors, not kept buffers, and weights are read)
+WAYS = [(True, False), (True, True), (False, False), (False, True)]
 
-    pair = []
-    for _ in range(2):
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(PLAN_OPS, max_size=14), st.sampled_from(["offline-to-online", "mixture"]))
+def test_every_way_of_drawing_gives_the_same_batches_and_generator_states(ops, kind):
+    """One pipeline (DrawPlan): a source gathering straight into the packed batch or drawing
+    its rows, with or without info, draws the same rows, leaves the same generator state and
+    fails alike, whatever happened in between (writes, writes behind the buffer's back, a
+    schedule, transforms on a source or on the batches, priorities)."""
+    from mixreplay import LazyTensorStorage, MixtureReplayBuffer, PrioritizedSampler, ReplayBuffer
+
+    buffers = []
+    for packed, _ in WAYS:
         offline = ReplayBuffer(storage=LazyTensorStorage(200))
         offline.extend(rows(50))
-        rb = OfflineToOnlineReplayBuffer(
-            offline, online_capacity=100, offline_fraction=0.5, batch_size=16, generator=0
+        online = ReplayBuffer(
+            storage=LazyTensorStorage(100), sampler=PrioritizedSampler(100, 0.8, 0.5)
         )
-        pair.append((offline, rb))
-    for op, arg in ops:
+        if kind == "mixture":
+            rb = MixtureReplayBuffer(
+                {"off": offline, "on": online}, {"off": 1, "on": 2}, batch_size=16, generator=0
+            )
+        else:
+            rb = OfflineToOnlineReplayBuffer(
+                offline,
+                online_storage=online.storage,
+                online_sampler=online.sampler,
+                offline_fraction=0.5,
+                batch_size=16,
+                generator=0,
+            )
+        rb._draw_packed = packed
+        buffers.append((offline, rb))
+    for step, (op, arg) in enumerate(ops):
         outcomes = []
-        for k, (offline, rb) in enumerate(pair):
+        for (offline, rb), (_, info) in zip(buffers, WAYS):
             try:
                 if op == "sample":
-                    if k == 0:
-                        outcomes.append(rb.sample(arg))
+                    if info:
+                        batch, got = rb.sample(arg, return_info=True)
+                        outcomes.append((batch, got["index"], got["source"]))
                     else:
-                        outcomes.append(rb.sample(arg, return_info=True)[0])
+                        outcomes.append((rb.sample(arg), None, None))
                 elif op == "extend":
-                    rb.extend(rows(arg, seed=arg))
+                    data = rows(arg, seed=arg)
+                    if kind == "mixture":
+                        rb.extend(data, source="on")
+                    else:
+                        rb.extend(data)
                 elif op == "extend the offline side behind its back":
                     offline.extend(rows(arg, seed=10 + arg))
                 elif op == "empty the offline side behind its back":
                     offline.empty()
                 elif op == "anneal":
-                    rb.anneal(arg, 25)
+                    if kind == "mixture":
+                        rb.set_step(arg)
+                    else:
+                        rb.anneal(arg, 25)
                 elif op == "transform the offline side":
                     offline.append_transform(_double_reward)
-                else:
+                elif op == "transform the batches":
                     rb.append_transform(_double_reward)
-            except Exception as err:  # noqa: BLE001 - both must fail alike
+                else:
+                    n = len(rb._sources[1])
+                    if n:
+                        p = torch.arange(1, n + 1, dtype=torch.float64)
+                        rb._sources[1].obj.update_priority(torch.arange(n), p)
+            except Exception as err:  # noqa: BLE001 - every way must fail alike
                 outcomes.append((type(err), str(err)))
-        if outcomes:
-            lean, general = outcomes
-            if isinstance(general, tuple):
-                assert lean == general
-            else:
-                assert (lean == general).all(), op
-    assert pair[0][1]._lean == pair[1][1]._lean
+            outcomes.append(("generator", rb.generator.get_state()))
+        first = outcomes[: len(outcomes) // len(WAYS)]
+        for k in range(1, len(WAYS)):
+            other = outcomes[k * len(first) : (k + 1) * len(first)]
+            for a, b in zip(first, other):
+                if a[0] == "generator":
+                    assert torch.equal(a[1], b[1]), (step, op, WAYS[k])
+                elif isinstance(a[0], type):
+                    assert a == b, (step, op, WAYS[k])
+                else:
+                    assert (a[0] == b[0]).all(), (step, op, WAYS[k])
+                    if a[1] is not None and b[1] is not None:
+                        assert torch.equal(a[1], b[1]) and torch.equal(a[2], b[2])

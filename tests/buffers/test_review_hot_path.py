@@ -42,19 +42,25 @@ def test_storage_gather_ignores_the_default_device():
     assert (got == want).all()
 
 
-def test_uniform_drawer_draws_on_the_host_whatever_the_default_device():
+def test_the_packed_drawer_draws_on_the_host_whatever_the_default_device():
+    """The drawer a mixing buffer gathers straight into its batch with draws the slots
+    RandomSampler draws, into the caller's index buffer or a new tensor alike, on the host
+    under another default device."""
     rb = ReplayBuffer(storage=LazyTensorStorage(100), generator=0)
     rb.extend(rows(30))
-    W = rb.storage._layout.row_words
-    drawer = rb.packed_drawer(torch.device("cpu"))
+    W = rb.storage.layout.row_words
+    want = rb.sampler.sample(rb.storage, 6, torch.Generator().manual_seed(5))
     want_out = torch.empty(6, W, dtype=torch.int64)
-    want = rb.draw_into(6, torch.Generator().manual_seed(5), want_out)
-    out = torch.empty(6, W, dtype=torch.int64)
-    with torch.device("meta"):
-        got = drawer(6, torch.Generator().manual_seed(5), out)
-    assert got.device.type == "cpu"
-    assert torch.equal(got, want)
-    assert torch.equal(out, want_out)
+    rb.storage.gather_into(want, want_out)
+    drawer = rb.packed_drawer()
+    for kept in (None, torch.empty(6, dtype=torch.int64)):
+        out = torch.empty(6, W, dtype=torch.int64)
+        with torch.device("meta"):
+            got = drawer(6, torch.Generator().manual_seed(5), out, kept)
+        assert got.device.type == "cpu"
+        assert torch.equal(got, want)
+        assert torch.equal(out, want_out)
+        assert kept is None or got is kept
 
 
 def test_mixed_sample_made_under_another_default_device_draws_on_the_host():

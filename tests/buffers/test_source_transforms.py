@@ -133,21 +133,19 @@ def test_transforms_are_checked_and_must_return_a_tensordict():
         rb.sample(1)
 
 
-def test_the_fused_single_gather_is_kept_without_transforms(monkeypatch):
-    """No source transform: one gather per source straight into the output (no generic path)."""
-    from mixreplay.mixing.engine import MixingBuffer
-
+def test_sources_without_transforms_draw_straight_into_the_packed_batch():
+    """No source transform: one gather per source straight into the batch's packed rows; a
+    source given a transform draws its rows (transformed) and packs them, the others still
+    gather straight, and the batches are the ones drawn with every source packing its rows."""
     offline = OfflineDataset.from_tensordict(ones(10))
     rb = OfflineToOnlineReplayBuffer(offline, online_capacity=10, generator=0)
     rb.extend(ones(4))
-    calls = []
-    original = MixingBuffer._sample_generic
-    monkeypatch.setattr(MixingBuffer, "_sample_generic", lambda *a: calls.append(1) or original(*a))
     rb.sample(4)
-    assert calls == []
+    assert rb._drawing_plan().direct == (True, True)
     offline.append_transform(add(1))
-    rb.sample(4)
-    assert calls == [1]
+    batch = rb.sample(4)
+    assert rb._drawing_plan().direct == (False, True)
+    assert batch["x"].squeeze(-1).tolist() == [2.0, 2.0, 1.0, 1.0]
 
 
 # -- write-side transforms: the mixing check runs on the rows as stored ---------------------------

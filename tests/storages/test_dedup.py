@@ -235,14 +235,15 @@ def test_mixing_buffers_draw_the_same_batches(lengths, capacity, sizes, fraction
             assert_identical(ia, ib)
 
 
-def test_a_dedup_online_ring_mixes_on_the_fused_path_with_a_plain_dataset():
+def test_a_dedup_online_ring_gathers_straight_into_the_batch_beside_a_plain_dataset():
     offline = OfflineDataset.from_tensordict(episodes([5, 5], seed=1))
     rb = OfflineToOnlineReplayBuffer(
         offline, online_storage=LazyTensorStorage(50, dedup_next=True), generator=0
     )
     rb.extend(episodes([4, 6, 3], seed=2))
     rb.sample(4)
-    assert rb._fused  # one packed gather per source, the dedup ring included
+    # one packed gather per source, the dedup ring included
+    assert rb._drawing_plan().direct == (True, True)
 
 
 def test_bytes_per_row_halve_for_pixel_rows():

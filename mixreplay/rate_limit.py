@@ -771,7 +771,7 @@ def make_gate(
     capacity: int,
     size: int,
     batch_size: int | None,
-    sources: Sequence[tuple[str, Any]] = (),
+    sources: Sequence[tuple[str, RateLimiter | None]] = (),
 ) -> RateGate | None:
     """The gate of a buffer built with ``rate_limiter=limiter`` (``None`` without one).
 
@@ -780,13 +780,10 @@ def make_gate(
         capacity: online rows the buffer can hold (0: it takes no inserts).
         size: online rows it holds now.
         batch_size: its default batch size, checked against the band.
-        sources: a mixing buffer's sources ``(name, object)``: none may have a limiter
-            of its own (the mixing buffer draws their rows past it).
+        sources: a mixing buffer's sources' own limiters ``(name, limiter or None)``:
+            none may have one (the mixing buffer draws their rows past it).
     """
-    from mixreplay.buffers.base import BufferBase  # the buffers import this module
-
-    for name, obj in sources:
-        own = obj.rate_limiter if isinstance(obj, BufferBase) else None
+    for name, own in sources:
         if own is not None:
             raise ValueError(
                 f"source {name!r} has a rate_limiter of its own ({own!r}), which the "

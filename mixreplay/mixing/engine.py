@@ -103,7 +103,10 @@ class MixingBuffer(BufferBase[MixedDraw]):
             capacity=sum(s.capacity for s in self._inserted_sources),
             size=self._online_rows(),
             batch_size=self._batch_size,
-            sources=[(name, s.obj) for name, s in zip(self._names, self._sources)],
+            sources=[
+                (name, s.obj.rate_limiter if isinstance(s.obj, BufferBase) else None)
+                for name, s in zip(self._names, self._sources)
+            ],
         )
 
     def _inserted(self, i: int) -> bool:

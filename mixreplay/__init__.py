@@ -19,6 +19,7 @@ from mixreplay._version import __version__
 # every public name -> the module that defines it (the one place the mapping lives)
 _EXPORTS = {
     "BufferActorError": "mixreplay.errors",
+    "BufferClosedError": "mixreplay.errors",
     "CheckpointError": "mixreplay.errors",
     "CheckpointNotFoundError": "mixreplay.errors",
     "D4RLExperienceReplay": "mixreplay.datasets.experience_replay",
@@ -32,6 +33,7 @@ _EXPORTS = {
     "LazyTensorStorage": "mixreplay.storages",
     "ListStorage": "mixreplay.storages",
     "LockOrderError": "mixreplay.errors",
+    "MinSize": "mixreplay.rate_limit",
     "MinariExperienceReplay": "mixreplay.datasets.experience_replay",
     "MissingDependencyError": "mixreplay.errors",
     "MixreplayError": "mixreplay.errors",
@@ -42,8 +44,10 @@ _EXPORTS = {
     "PrioritizedSampler": "mixreplay.samplers.prioritized",
     "PriorityError": "mixreplay.errors",
     "RandomSampler": "mixreplay.samplers",
+    "RateLimitTimeoutError": "mixreplay.errors",
     "ReadOnlyError": "mixreplay.errors",
     "ReplayBuffer": "mixreplay.buffers",
+    "SampleToInsertRatio": "mixreplay.rate_limit",
     "Sampler": "mixreplay.samplers",
     "SamplerWithoutReplacement": "mixreplay.samplers.without_replacement",
     "Schema": "mixreplay.schema",
@@ -63,6 +67,7 @@ _EXPORTS = {
 
 __all__ = [
     "BufferActorError",
+    "BufferClosedError",
     "CheckpointError",
     "CheckpointNotFoundError",
     "D4RLExperienceReplay",
@@ -76,6 +81,7 @@ __all__ = [
     "LazyTensorStorage",
     "ListStorage",
     "LockOrderError",
+    "MinSize",
     "MinariExperienceReplay",
     "MissingDependencyError",
     "MixreplayError",
@@ -86,8 +92,10 @@ __all__ = [
     "PrioritizedSampler",
     "PriorityError",
     "RandomSampler",
+    "RateLimitTimeoutError",
     "ReadOnlyError",
     "ReplayBuffer",
+    "SampleToInsertRatio",
     "Sampler",
     "SamplerWithoutReplacement",
     "Schema",
@@ -135,6 +143,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from mixreplay.datasets.experience_replay import D4RLExperienceReplay, MinariExperienceReplay
     from mixreplay.errors import (
         BufferActorError,
+        BufferClosedError,
         CheckpointError,
         CheckpointNotFoundError,
         DatasetError,
@@ -144,6 +153,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         MissingDependencyError,
         MixreplayError,
         PriorityError,
+        RateLimitTimeoutError,
         ReadOnlyError,
         SchemaMismatchError,
         WriterEvictedError,
@@ -152,6 +162,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from mixreplay.mixing.offline_to_online import OfflineToOnlineReplayBuffer
     from mixreplay.mixing.split import split_counts
     from mixreplay.prefill import prefill_replay_buffer
+    from mixreplay.rate_limit import MinSize, SampleToInsertRatio
     from mixreplay.samplers import RandomSampler, Sampler
     from mixreplay.samplers.prioritized import PrioritizedSampler
     from mixreplay.samplers.slice import SliceSampler

@@ -19,6 +19,8 @@ mixreplay::
     ├── LockOrderError(RuntimeError)         a call would wait for a thread that needs a lock
     │                                         the caller holds (it would never return)
     ├── BufferActorError(RuntimeError)       the Ray actor hosting a buffer is dead or unreachable
+    ├── BufferClosedError(RuntimeError)      the buffer was closed while a call waited for its rate limiter
+    ├── RateLimitTimeoutError(TimeoutError)  a sample or extend waited for its rate limiter past its timeout
     ├── WriterEvictedError(RuntimeError)     the buffer actor forgot a writer whose rows it may hold
     └── MissingDependencyError(ImportError)  an optional extra is not installed
 
@@ -28,8 +30,11 @@ and say how to fix it.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "BufferActorError",
+    "BufferClosedError",
     "CheckpointError",
     "CheckpointNotFoundError",
     "DataStructureError",
@@ -42,6 +47,7 @@ __all__ = [
     "MissingDependencyError",
     "MixreplayError",
     "PriorityError",
+    "RateLimitTimeoutError",
     "ReadOnlyError",
     "SchemaMismatchError",
     "WriterEvictedError",
@@ -128,6 +134,72 @@ class BufferActorError(MixreplayError, RuntimeError):
     unless it checkpointed), or while it is restarting; the message names the
     actor and says what to do.
     """
+
+
+class BufferClosedError(MixreplayError, RuntimeError):
+    """The buffer was closed (``close()``, or ``kill()`` of a Ray-hosted one) while a call
+    waited for its rate limiter, or a call that needs the rate limiter came after it."""
+
+
+class RateLimitTimeoutError(MixreplayError, TimeoutError):
+    """A ``sample`` or ``extend`` waited for its rate limiter longer than its ``timeout``.
+
+    The message names the limiter and its counts (inserts, samples, rows held) and
+    which side is behind. An ``extend`` goes in as the limiter's band allows, so part
+    of it may have been written when its time ran out: those rows stay in the buffer
+    (counted as inserts), and the rest were not written.
+
+    Attributes:
+        limiter: the :class:`~mixreplay.rate_limit.RateLimiter` that held the call.
+        inserts: online rows inserted when the call gave up.
+        samples: rows sampled when the call gave up.
+        size: online rows held when the call gave up.
+        written: for an ``extend``, how many of its rows (the first ones) were written;
+            0 for a ``sample``. Write the rest with ``extend(data[err.written:])``.
+        index: the slots those rows went to (``None`` for a ``sample``, or where not known).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        limiter: Any = None,
+        inserts: int = 0,
+        samples: int = 0,
+        size: int = 0,
+        written: int = 0,
+        index: Any = None,
+    ):
+        super().__init__(message)
+        self.limiter = limiter
+        self.inserts = inserts
+        self.samples = samples
+        self.size = size
+        self.written = written
+        self.index = index
+
+    def __reduce__(self):  # keyword attributes survive pickling (a Ray actor raises it)
+        return _rebuild_timeout, (
+            str(self),
+            self.limiter,
+            self.inserts,
+            self.samples,
+            self.size,
+            self.written,
+            self.index,
+        )
+
+
+def _rebuild_timeout(message, limiter, inserts, samples, size, written, index):
+    return RateLimitTimeoutError(
+        message,
+        limiter=limiter,
+        inserts=inserts,
+        samples=samples,
+        size=size,
+        written=written,
+        index=index,
+    )
 
 
 class WriterEvictedError(MixreplayError, RuntimeError):

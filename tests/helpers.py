@@ -1,5 +1,6 @@
 """Helpers shared by the test modules: TED rows tagged by source, rows that encode their id, state
-comparisons, Hopper-shaped rows and the online ring of a Ray-hosted buffer.
+comparisons, Hopper-shaped rows, the online ring of a Ray-hosted buffer, and threads run under a
+watchdog.
 
 The one helpers module of the suite (fixtures live in the ``conftest.py`` files). The Ray tests
 register it with ``ray.cloudpickle.register_pickle_by_value`` so that workers, which cannot
@@ -8,7 +9,9 @@ import the test tree, get these functions by value.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 
 import torch
 from tensordict import TensorDict
@@ -234,3 +237,38 @@ def wait_until_back(rb) -> dict:
                 raise
             time.sleep(0.1)
     raise AssertionError("the buffer actor never answered again after its restart")
+
+
+def run_threads(*fns: Callable[[], object], timeout: float = 60.0, release=None) -> list:
+    """Run each function in a thread of its own, under a watchdog; their results, in order.
+
+    The first error a thread raised is raised here. A thread still running after
+    ``timeout`` seconds fails the test (a hang): ``release()`` is called first (e.g. a
+    buffer's ``close()``, which wakes every call waiting for its rate limiter) so that
+    nothing is left blocked behind the failure. The bound asserts nothing about speed.
+    """
+    results: list = [None] * len(fns)
+    errors: list[BaseException] = []
+
+    def run(i: int, fn: Callable[[], object]) -> None:
+        try:
+            results[i] = fn()
+        except BaseException as err:  # handed to the test's thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=run, args=(i, f), daemon=True) for i, f in enumerate(fns)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    hung = [i for i, t in enumerate(threads) if t.is_alive()]
+    if hung:
+        if release is not None:
+            release()
+        for t in threads:
+            t.join(10)
+        raise AssertionError(f"threads {hung} were still running after {timeout} s (a hang)")
+    if errors:
+        raise errors[0]
+    return results

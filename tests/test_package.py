@@ -19,6 +19,7 @@ def test_exported_members_are_sorted_and_pinned():
     assert mixreplay.__all__ == sorted(mixreplay.__all__)
     assert set(mixreplay.__all__) == {
         "BufferActorError",
+        "BufferClosedError",
         "CheckpointError",
         "CheckpointNotFoundError",
         "D4RLExperienceReplay",
@@ -32,6 +33,7 @@ def test_exported_members_are_sorted_and_pinned():
         "LazyTensorStorage",
         "ListStorage",
         "LockOrderError",
+        "MinSize",
         "MinariExperienceReplay",
         "MissingDependencyError",
         "MixreplayError",
@@ -42,8 +44,10 @@ def test_exported_members_are_sorted_and_pinned():
         "PrioritizedSampler",
         "PriorityError",
         "RandomSampler",
+        "RateLimitTimeoutError",
         "ReadOnlyError",
         "ReplayBuffer",
+        "SampleToInsertRatio",
         "Sampler",
         "SamplerWithoutReplacement",
         "Schema",

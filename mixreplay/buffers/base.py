@@ -21,6 +21,9 @@ Lock order (every buffer; a rule, not a habit):
    holds no lock, then writes under the storage lock, then asks for the next draws after
    releasing it.
 4. A rate limiter or any other blocking wait holds none of the locks above while it waits.
+   A rate limiter's own lock (:mod:`mixreplay.rate_limit`) is a leaf: taken under a
+   storage lock to count the rows a write put there, never held while taking another
+   lock, drawing, writing or waiting.
 
 The checkpoint layer (:mod:`mixreplay.checkpoint`) only moves a state to and from disk; it
 takes no lock of its own.
@@ -45,6 +48,7 @@ from mixreplay._state import Plan, generator_state, plan_generator
 from mixreplay._validate import check_int, describe
 from mixreplay.errors import CheckpointError, MissingBatchSizeError
 from mixreplay.prefetch import PrefetchClosed, Prefetcher, check_pin_memory, check_prefetch, pin
+from mixreplay.rate_limit import RateCounts, RateGate, RateLimiter, check_timeout
 from mixreplay.transforms import Compose, Transform
 
 __all__ = [
@@ -167,6 +171,8 @@ class BufferBase(Generic[R]):
     _batch_device: torch.device | None
     #: the generator each device draws with, the buffer's own included (see _generator_for)
     _device_generators: dict[torch.device, torch.Generator]
+    #: the rate limiter's counts and waiters (mixreplay.rate_limit); None without a limiter
+    _gate: RateGate | None = None
 
     def _init_buffer(
         self,
@@ -233,6 +239,45 @@ class BufferBase(Generic[R]):
         """
         with self._paused(), self._locks():
             yield
+
+    def _online_rows(self) -> int:
+        """Online rows held: what a rate limiter's ``min_size_to_sample`` counts."""
+        raise NotImplementedError
+
+    # -- rate limiting (mixreplay.rate_limit) ----------------------------------------------
+
+    @property
+    def rate_limiter(self) -> RateLimiter | None:
+        """The :class:`~mixreplay.rate_limit.RateLimiter` given at construction (``None``: none)."""
+        gate = self._gate
+        return None if gate is None else gate.limiter
+
+    @property
+    def rate_limiter_counts(self) -> RateCounts | None:
+        """The rate limiter's counts now: online rows inserted, rows sampled, online rows held."""
+        gate = self._gate
+        return None if gate is None else gate.counts()
+
+    def _limited(self, batch_size: int | None, timeout: Any, draw: Any, *args: Any) -> Any:
+        """``draw(n, *args)`` once the rate limiter lets ``n`` more sampled rows through."""
+        gate = self._gate
+        assert gate is not None
+        n = self._resolve_batch_size(batch_size)
+        return gate.run_sample(n, check_timeout(timeout), draw, n, *args)
+
+    def _rate_limiter_state(self) -> dict[str, Any]:
+        """The ``"rate_limiter"`` entry of :meth:`state_dict` (absent without a limiter)."""
+        gate = self._gate
+        return {} if gate is None else {"rate_limiter": gate.state_dict()}
+
+    def _plan_rate_limiter(self, state: dict[str, Any]) -> Plan:
+        """What restores the saved counts (run after the rows are restored)."""
+        gate = self._gate
+        if gate is None:
+            if "rate_limiter" in state:
+                log.info("the state's rate-limiter counts are not restored: no rate_limiter here")
+            return lambda: None
+        return gate.plan_load(state.get("rate_limiter"), self._online_rows)
 
     # -- sampling --------------------------------------------------------------------------
 
@@ -463,7 +508,13 @@ class BufferBase(Generic[R]):
     def close(self) -> None:
         """Stop the prefetch thread (a no-op without ``prefetch``); later samples are drawn in
         the caller's thread, and a ``sample()`` in another thread meanwhile returns the batch
-        a buffer without prefetching would (or draws it itself)."""
+        a buffer without prefetching would (or draws it itself).
+
+        With a rate limiter, every ``sample`` / ``extend`` waiting for it wakes with
+        :class:`~mixreplay.errors.BufferClosedError`, and so does every later one.
+        """
+        if self._gate is not None:  # rate limiter: wake its waiters (mixreplay.rate_limit)
+            self._gate.close()
         prefetcher = self._prefetcher
         if prefetcher is not None:
             # first: until it has undone the draws not handed out, a sample() elsewhere waits

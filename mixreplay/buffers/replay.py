@@ -22,6 +22,7 @@ from mixreplay.buffers.base import BufferBase, check_batch_size, make_generator
 from mixreplay.buffers.writer import RingWriter
 from mixreplay.errors import CheckpointError, EmptyBufferError, MissingBatchSizeError
 from mixreplay.layout import new_tensordict
+from mixreplay.rate_limit import check_timeout, make_gate, write_limited
 from mixreplay.samplers import RandomSampler, Sampler
 from mixreplay.storages.base import Storage
 from mixreplay.storages.foreign import adapt_storage, looks_like_storage
@@ -174,6 +175,9 @@ class ReplayBuffer(BufferBase[Sampled]):
         shared: share the rows with other processes (TorchRL's ``shared=True``: a
             collector in another process writes, this one samples), with the guarantees
             of the threaded path; see :mod:`mixreplay.storages.shared`.
+        rate_limiter: a :class:`~mixreplay.MinSize` or :class:`~mixreplay.SampleToInsertRatio`:
+            ``sample`` and ``extend`` wait to keep rows sampled per row written within
+            its band (see :mod:`mixreplay.rate_limit`); refused on a read-only storage.
         **torchrl_kwargs: TorchRL's other arguments (``writer``, ``dim_extend``,
             ``compilable``, ...) are accepted with TorchRL's default (a
             ``RoundRobinWriter`` for ``writer``), which is what mixreplay does; any other
@@ -222,6 +226,7 @@ class ReplayBuffer(BufferBase[Sampled]):
         collate_fn: Callable[[Any], Any] | None = None,
         batch_device: torch.device | str | None = None,
         shared: bool = False,
+        rate_limiter: Any = None,
         **torchrl_kwargs: Any,
     ):
         check_unsupported(type(self).__name__, torchrl_kwargs)
@@ -277,6 +282,19 @@ class ReplayBuffer(BufferBase[Sampled]):
             _eval(t)
             if shared:
                 _share_transform(t)
+
+        if rate_limiter is not None and storage.holds_items:
+            raise TypeError(
+                f"rate_limiter= counts rows, and {type(storage).__name__} holds items: give the "
+                "buffer a storage of rows (LazyTensorStorage, LazyMemmapStorage) to limit its rate"
+            )
+        self._gate = make_gate(  # rate limiting (mixreplay.rate_limit)
+            rate_limiter,
+            owner=type(self).__name__,
+            capacity=int(storage.max_size) if storage.writable else 0,
+            size=len(storage),
+            batch_size=self._batch_size,
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -425,7 +443,7 @@ class ReplayBuffer(BufferBase[Sampled]):
 
     # -- writing ---------------------------------------------------------------------------
 
-    def extend(self, data: Any) -> torch.Tensor:
+    def extend(self, data: Any, *, timeout: float | None = None) -> torch.Tensor:
         """Write the rows of ``data``; return the slots written.
 
         ``data`` is a TensorDict ``[n]`` (or ``[n, ...]``), a tensorclass, a tensor, a
@@ -433,23 +451,36 @@ class ReplayBuffer(BufferBase[Sampled]):
         first write fixes the type every later one must have. Write-side transforms run
         first (see :mod:`mixreplay.transforms`); when they keep nothing, nothing is
         written and the slots are empty.
-        """
-        return self.extend_checked(data, None)
 
-    def extend_checked(self, data: Any, check: Callable[[Any], None] | None) -> torch.Tensor:
+        With a rate limiter the rows go in as its band allows, waiting up to ``timeout``
+        seconds (``None``: until allowed, or until :meth:`close`) for samples to make room;
+        see :mod:`mixreplay.rate_limit`.
+        """
+        return self.extend_checked(data, None, timeout=timeout)
+
+    def extend_checked(
+        self,
+        data: Any,
+        check: Callable[[Any], None] | None,
+        *,
+        timeout: float | None = None,
+        written: Callable[[torch.Tensor], None] | None = None,
+    ) -> torch.Tensor:
         """:meth:`extend`, calling ``check(rows)`` on the rows as they will be stored (after
         the write-side transforms) before anything is written; what ``check`` raises is
         raised, and nothing is written. A mixing buffer checks that its sources' rows mix
-        this way, on what its online side will really hold."""
+        this way, on what its online side will really hold. ``written(index)`` is called
+        under the storage's lock once the rows are in (a mixing buffer's rate limiter
+        counts them there)."""
         if self._transform.writes:
             data = self._transform.inv(data)
             if _no_rows(data):
                 return _NOTHING_WRITTEN.clone()
         if check is not None:
             check(data)
-        return self._write(data)
+        return self._write(data, timeout, written)
 
-    def add(self, data: Any) -> Any:
+    def add(self, data: Any, *, timeout: float | None = None) -> Any:
         """Write one row (a TensorDict ``[]``, a tensor, a pytree, a tensorclass); return its slot.
 
         A TensorDict (or tensorclass) with a batch dimension is written as one row holding
@@ -462,14 +493,19 @@ class ReplayBuffer(BufferBase[Sampled]):
             data = self._transform.inv(data_types.one_row(data) if collection else data)
             if _no_rows(data):
                 return _NOTHING_WRITTEN.clone()
-            return int(self._write(data if collection else self._one(data))[0])
-        return int(self._write(self._one(data))[0])
+            return int(self._write(data if collection else self._one(data), timeout)[0])
+        return int(self._write(self._one(data), timeout)[0])
 
     def _one(self, data: Any) -> Any:
         """One row (or item) as a batch of one, as the storage writes it."""
         return [data] if self._storage.holds_items else data_types.one_row(data)
 
-    def _write(self, data: Any) -> torch.Tensor:
+    def _write(
+        self,
+        data: Any,
+        timeout: float | None = None,
+        written: Callable[[torch.Tensor], None] | None = None,
+    ) -> torch.Tensor:
         storage = self._storage
         if storage.holds_items:  # items are stored as they are: no rows, no codec
             self._before_write()
@@ -486,6 +522,8 @@ class ReplayBuffer(BufferBase[Sampled]):
             rows = data
             if convert:  # not the fast path: data of another type than TensorDict rows [n]
                 rows, codec = data_types.to_rows(data, codec, storage.schema is None)
+            if self._gate is not None:  # rate limiter: in the parts its band allows
+                return self._write_limited(rows, convert, codec, check_timeout(timeout))
             self._before_write()
             # One lock around the write and the sampler's bookkeeping: a concurrent sample or
             # priority update never sees rows its sampler has not been told about.
@@ -494,6 +532,8 @@ class ReplayBuffer(BufferBase[Sampled]):
                 if convert:
                     storage.codec = codec
                 self._sampler.on_extend(index, storage)
+                if written is not None:  # a mixing buffer's rate limiter counts the rows
+                    written(index)
         except RuntimeError as err:
             clear = data_types.explain_write_error(data, err)
             if clear is None:
@@ -501,6 +541,28 @@ class ReplayBuffer(BufferBase[Sampled]):
             raise clear from err
         self._after_write()
         return index
+
+    def _write_limited(
+        self, rows: Any, convert: bool, codec: Any, timeout: float | None
+    ) -> torch.Tensor:
+        """:meth:`_write` with a rate limiter: rows ``[a, b)`` at a time, as its band allows."""
+        storage, gate = self._storage, self._gate
+        assert gate is not None
+        n = rows.batch_size[0]
+
+        def write(a: int, b: int, commit) -> torch.Tensor:
+            part = rows if b - a == n else rows[a:b]
+            self._before_write()
+            with storage.lock:
+                index = storage.extend(part)
+                if convert:
+                    storage.codec = codec
+                self._sampler.on_extend(index, storage)
+                commit(len(storage), b - a)  # under the lock: a checkpoint holds rows and count
+            self._after_write()
+            return index
+
+        return write_limited(gate, n, timeout, write, torch.cat)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -613,7 +675,13 @@ class ReplayBuffer(BufferBase[Sampled]):
             out.set(key, value)
         return Sampled(batch, out)
 
-    def sample(self, batch_size: int | None = None, *, return_info: bool = False):
+    def sample(
+        self,
+        batch_size: int | None = None,
+        *,
+        return_info: bool = False,
+        timeout: float | None = None,
+    ):
         """Draw a ``[batch_size]`` batch (new memory; writing to it changes nothing stored).
 
         With ``return_info=True`` returns ``(batch, info)``, ``info`` holding
@@ -621,8 +689,13 @@ class ReplayBuffer(BufferBase[Sampled]):
         ``"priority_weight"``) when the sampler has weights, and a sampler's own
         entries (TorchRL's slice entries, see :class:`~mixreplay.SliceSampler`).
         With ``prefetch``, the batch comes from the prefetch thread (see :mod:`mixreplay.prefetch`).
+        With a rate limiter, waits up to ``timeout`` seconds (``None``: until allowed, or
+        until :meth:`close`) for its band to let the batch through (see :mod:`mixreplay.rate_limit`).
         """
-        drawn, _ = self._draw(batch_size, return_info)
+        if self._gate is not None:  # rate limiter: wait for its band, then draw
+            drawn, _ = self._limited(batch_size, timeout, self._draw, return_info)
+        else:
+            drawn, _ = self._draw(batch_size, return_info)
         return (drawn.batch, drawn.info) if return_info else drawn.batch
 
     def __iter__(self):
@@ -634,7 +707,10 @@ class ReplayBuffer(BufferBase[Sampled]):
                 "sample(n) in a loop)"
             )
         while True:
-            drawn, ran_out = self._draw(None, False)
+            if self._gate is not None:  # rate limiter: wait for its band, then draw
+                drawn, ran_out = self._limited(None, None, self._draw, False)
+            else:
+                drawn, ran_out = self._draw(None, False)
             yield drawn.batch
             if ran_out:
                 return
@@ -700,6 +776,8 @@ class ReplayBuffer(BufferBase[Sampled]):
             self._storage.empty()
             if empty_write_count:
                 self._storage.reset_write_count()
+            if self._gate is not None:  # rate limiter: counting starts again
+                self._gate.reset(0)
 
     # -- state and checkpoints (mixreplay.checkpoint) ---------------------------------------
 
@@ -729,6 +807,9 @@ class ReplayBuffer(BufferBase[Sampled]):
     def _lock_held(self) -> str | None:
         return "the lock of this buffer's storage" if self._storage.lock_held() else None
 
+    def _online_rows(self) -> int:
+        return len(self._storage)
+
     def state_dict(self, *, copy: bool = True, by_reference: bool = False) -> dict[str, Any]:
         """The buffer's state: storage, sampler and generator, as tensors and JSON values.
 
@@ -750,6 +831,7 @@ class ReplayBuffer(BufferBase[Sampled]):
                 "storage": storage.reference() if by_reference else storage.state_dict(copy=copy),
                 "sampler": sampler_state(self._sampler),
                 **self._generators_state(),
+                **self._rate_limiter_state(),
             }
 
     def plan_load_state_dict(self, state: Any, *, allow_offline_mismatch: bool = False) -> Plan:
@@ -793,6 +875,7 @@ class ReplayBuffer(BufferBase[Sampled]):
         if restore_sampler:
             plans.append(plan_sampler(self._sampler, state.get("sampler"), "sampler"))
         plans.append(self._plan_generators(state))
+        plans.append(self._plan_rate_limiter(state))  # after the rows: it reads their count
 
         def apply() -> None:
             with self._storage.lock:

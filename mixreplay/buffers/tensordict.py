@@ -151,6 +151,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
         batch_size: int | None = None,
         return_info: bool = False,
         include_info: bool | None = None,
+        *,
+        timeout: float | None = None,
     ) -> Any:
         """Draw a batch holding ``"index"`` and the sampler's per-row entries (TorchRL's).
 
@@ -160,22 +162,25 @@ class TensorDictReplayBuffer(ReplayBuffer):
                 :meth:`ReplayBuffer.sample <mixreplay.ReplayBuffer.sample>`.
             include_info: TorchRL's deprecated switch: ``False`` leaves the entries out
                 of the batch.
+            timeout: with a rate limiter, seconds to wait for its band (``None``: no limit).
         """
-        batch, info = super().sample(batch_size, return_info=True)
+        batch, info = super().sample(batch_size, return_info=True, timeout=timeout)
         if include_info is False and isinstance(batch, TensorDictBase):
             batch = batch.exclude(*(k for k in info.keys(True, True) if k not in INFO_ONLY))
         return (batch, info) if return_info else batch
 
     # -- writing: "index" into the data, priorities from it ---------------------------------
 
-    def extend(self, data: Any, *, update_priority: bool | None = None) -> torch.Tensor:
+    def extend(
+        self, data: Any, *, update_priority: bool | None = None, timeout: float | None = None
+    ) -> torch.Tensor:
         """Write the rows of the TensorDict ``data``; set ``data["index"]``; return the slots.
 
         As TorchRL: write-side transforms run first; ``"index"`` is set into the
         TensorDict written (the slot of each row, expanded over its other dims); when it
         holds the ``priority_key`` entry and the sampler is prioritized, the rows get those
         priorities (checked before anything is written). ``update_priority=False`` skips
-        that.
+        that. ``timeout``: with a rate limiter, seconds to wait for its band.
 
         Raises:
             DataStructureError: ``data`` is not a TensorDict (also a ``ValueError``, as
@@ -195,13 +200,13 @@ class TensorDictReplayBuffer(ReplayBuffer):
             priority = data.get(self.priority_key, None) if self._sampler.prioritized else None
             if priority is not None:
                 _check_values(priority, data.shape[0] if data.batch_dims else 1)
-        index = self._write(self._without_bookkeeping(data))
+        index = self._write(self._without_bookkeeping(data), timeout)
         _set_index(data, index)
         if priority is not None:
             self.update_priority(index, priority)
         return index
 
-    def add(self, data: Any) -> Any:
+    def add(self, data: Any, *, timeout: float | None = None) -> Any:
         """Write one row; for a TensorDict, set its ``"index"`` and read its priority entry."""
         if self._transform.writes:
             data = self._transform.inv(data)
@@ -215,7 +220,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
                 priority = reduce_priority(priority, self._sampler.reduction)
                 _check_values(priority, 1)
         row = self._without_bookkeeping(data) if isinstance(data, TensorDictBase) else data
-        index = int(self._write(self._one(row))[0])
+        index = int(self._write(self._one(row), timeout)[0])
         if isinstance(data, TensorDictBase):
             data.set("index", torch.tensor(index, device=data.device))
         if priority is not None:

@@ -179,14 +179,16 @@ class _DatasetExperienceReplay(TensorDictReplayBuffer):
         """First row of each episode of the dataset (int64, ascending)."""
         return self.dataset.episode_starts
 
-    def extend(self, data: Any, *, update_priority: bool | None = None) -> torch.Tensor:
+    def extend(
+        self, data: Any, *, update_priority: bool | None = None, timeout: float | None = None
+    ) -> torch.Tensor:
         raise ReadOnlyError(
             f"{type(self).__name__} is read-only (TorchRL's ImmutableDatasetWriter): to add "
             "rows, mix it with an online buffer (OfflineToOnlineReplayBuffer) or copy it into "
             "a new buffer with prefill_replay_buffer"
         )
 
-    def add(self, data: Any) -> Any:
+    def add(self, data: Any, *, timeout: float | None = None) -> Any:
         return self.extend(data)
 
     @property

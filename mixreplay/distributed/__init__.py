@@ -7,7 +7,9 @@
   messages and does not wait for each.
 - :mod:`~mixreplay.distributed.wire` is the packed wire format,
   :mod:`~mixreplay.distributed.host` what runs inside the actor,
-  :mod:`~mixreplay.distributed.pipeline` the handle's ordered prefetching threads.
+  :mod:`~mixreplay.distributed.pipeline` the handle's ordered prefetching threads,
+  :mod:`~mixreplay.distributed.limited` how a rate-limited buffer's callers wait (the
+  actor never does).
 
 Importing this package does not import Ray; creating a buffer does, and needs
 ``pip install "mixreplay[ray]"``. See ``docs/scaling.md``.

@@ -362,6 +362,18 @@ class WriterTable:
         if slots is not None:
             record.open[a] = np.asarray(slots, dtype=np.int64)
 
+    def waiting_before(self, writer: str, floor: int, start: int) -> bool:
+        """Whether rows ``[floor, start)`` of ``writer`` are not all applied yet.
+
+        The writer sent them before this chunk and has not had them acknowledged
+        (they are at or above its floor), so an earlier chunk is still held or on
+        its way again: a rate-limited actor holds this one behind it.
+        """
+        if floor >= start:
+            return False
+        record = self._records.get(writer)
+        return record is None or bool(record.missing(floor, start))
+
     def settle(self, chunk: ChunkId) -> None:
         """After a chunk was handled: apply its floor, mark the writer active, keep the bound."""
         writer, _, floor, _ = chunk

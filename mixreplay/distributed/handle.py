@@ -20,6 +20,7 @@ from tensordict import TensorDictBase
 from mixreplay._validate import check_bool, check_int, check_path, check_real, check_type
 from mixreplay.distributed.chunks import MAX_WRITERS, ChunkIds, random_writer_id
 from mixreplay.distributed.host import BufferHost, info_tensordict
+from mixreplay.distributed.limited import Blocked, Poll
 from mixreplay.distributed.pipeline import CallPipeline
 from mixreplay.distributed.wire import (
     MAX_MESSAGE_BYTES,
@@ -28,7 +29,14 @@ from mixreplay.distributed.wire import (
     check_rows,
     message_slices,
 )
-from mixreplay.errors import BufferActorError, WriterEvictedError, require
+from mixreplay.errors import (
+    BufferActorError,
+    BufferClosedError,
+    RateLimitTimeoutError,
+    WriterEvictedError,
+    require,
+)
+from mixreplay.rate_limit import check_timeout
 from mixreplay.storages.base import check_row
 
 __all__ = ["RayReplayBuffer"]
@@ -111,6 +119,14 @@ class RayReplayBuffer:
     (``"max_task_retries": -1``, recommended) or by you (the same :meth:`extend`
     call again, or :meth:`RayWriter.flush <mixreplay.distributed.RayWriter.flush>`)
     after a crash is never stored twice, even when the actor had checkpointed it.
+
+    Rate limits: a buffer built with ``rate_limiter=`` (passed with its other
+    keywords) holds the update-to-data ratio across the cluster. The actor never
+    waits for it: :meth:`sample`, :meth:`extend` and the writers wait on their own
+    side, up to their ``timeout``, while the actor serves every other call
+    (see :mod:`~mixreplay.distributed.limited`). :meth:`kill` wakes the waiting
+    calls of this handle with :class:`~mixreplay.errors.BufferClosedError`; those of
+    other processes get :class:`~mixreplay.errors.BufferActorError` at their next try.
 
     Ray must be initialized first (``ray.init()``); mixreplay never starts Ray or
     changes its network or authentication settings.
@@ -245,6 +261,8 @@ class RayReplayBuffer:
         self._packer = Packer()
         self._layouts = LayoutCache()
         self._pipeline: CallPipeline | None = None  # started by the first prefetching sample
+        # set by kill(): wakes this handle's calls that wait for the rate limiter
+        self._killed = threading.Event()
         # Blocking writes, per thread: each thread is a writer of its own (its row numbers
         # and its last failed write); a copy of the handle starts with none.
         self._local = threading.local()
@@ -302,7 +320,9 @@ class RayReplayBuffer:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def extend(self, data: TensorDictBase, **kwargs) -> torch.Tensor:
+    def extend(
+        self, data: TensorDictBase, *, timeout: float | None = None, **kwargs
+    ) -> torch.Tensor:
         """Write rows (a ``[n]`` TensorDict) and return the slots written, like the buffer's ``extend``.
 
         Blocks until the actor has written them. Keyword arguments go to the
@@ -317,14 +337,19 @@ class RayReplayBuffer:
         actor died or is restarting), call it again with the same rows and keyword
         arguments; the handle resends them under the same ids, and rows the actor had
         applied (and checkpointed) before dying are acknowledged, not written twice.
+
+        With a rate limiter the rows go in as its band allows, in order; this call waits
+        up to ``timeout`` seconds (``None``: until written), trying again after pauses of
+        1 to 10 ms, and then raises :class:`~mixreplay.errors.RateLimitTimeoutError`
+        saying how many of the rows (the first ones) were written.
         """
         n = check_rows(data)
         words = self._packer.pack(data)
         key, row_bytes = self._packer.key, self._packer.layout.row_bytes
-        parts = self._write(key, words, kwargs, message_slices(n, row_bytes))
+        parts = self._write(key, words, kwargs, message_slices(n, row_bytes), timeout)
         return torch.from_numpy(parts[0].copy() if len(parts) == 1 else np.concatenate(parts))
 
-    def add(self, row: TensorDictBase, **kwargs) -> int:
+    def add(self, row: TensorDictBase, *, timeout: float | None = None, **kwargs) -> int:
         """Write one row (batch ``[]``): one round trip to the actor. See :meth:`writer`.
 
         Exactly once, like :meth:`extend`: after a :class:`~mixreplay.errors.BufferActorError`,
@@ -332,7 +357,7 @@ class RayReplayBuffer:
         """
         check_row(row)
         words = self._packer.pack(row)  # packed as it is: no unsqueeze of the TensorDict
-        return int(self._write(self._packer.key, words, kwargs, [slice(0, 1)])[0][0])
+        return int(self._write(self._packer.key, words, kwargs, [slice(0, 1)], timeout)[0][0])
 
     def _thread_writes(self) -> _ThreadWrites:
         writes = getattr(self._local, "writes", None)
@@ -340,8 +365,16 @@ class RayReplayBuffer:
             writes = self._local.writes = _ThreadWrites()
         return writes
 
-    def _write(self, key: str, words: np.ndarray, kwargs: dict, slices: list[slice]) -> list:
+    def _write(
+        self,
+        key: str,
+        words: np.ndarray,
+        kwargs: dict,
+        slices: list[slice],
+        timeout: float | None = None,
+    ) -> list:
         """Send ``words[s]`` for each slice as one chunk each; the slots written, per chunk."""
+        timeout = check_timeout(timeout)
         mine = self._thread_writes()
         ids = mine.ids
         unconfirmed, mine.unconfirmed = mine.unconfirmed, None
@@ -360,25 +393,58 @@ class RayReplayBuffer:
         if starts is None:
             starts = ids.take(s.stop - s.start for s in slices)
         method = self._actor.extend_packed
-        refs = [
-            self._submit(method, key, words[s], kwargs, True, ids.chunk_id(q))
-            for s, q in zip(slices, starts)
-        ]
-        try:
-            parts = self._get(refs, WRITE_RETRY)
-        except BufferActorError:
-            _settle(refs)  # no attempt of these chunks is still running when a retry is sent
-            mine.unconfirmed = _Unconfirmed(key, words, kwargs, starts)
-            raise
-        except WriterEvictedError:
-            _settle(refs)
-            # This thread's next write is a new writer, with a random identity: a derived one
-            # could be that of another writer of the task's earlier attempt.
-            mine.ids = ChunkIds(random_writer_id())
-            raise
-        except BaseException:
-            ids.done(starts)  # the buffer refused the rows: a retry is a new write
-            raise
+
+        def send(first: int) -> list:
+            """Send chunks ``first...`` (again); what the actor answered for each."""
+            refs = [
+                self._submit(method, key, words[s], kwargs, True, ids.chunk_id(q))
+                for s, q in zip(slices[first:], starts[first:])
+            ]
+            try:
+                return self._get(refs, WRITE_RETRY)
+            except BufferActorError:
+                _settle(refs)  # no attempt of these chunks is still running when a retry is sent
+                mine.unconfirmed = _Unconfirmed(key, words, kwargs, starts)
+                raise
+            except WriterEvictedError:
+                _settle(refs)
+                # This thread's next write is a new writer, with a random identity: a derived
+                # one could be that of another writer of the task's earlier attempt.
+                mine.ids = ChunkIds(random_writer_id())
+                raise
+            except BaseException:
+                ids.done(starts)  # the buffer refused the rows: a retry is a new write
+                raise
+
+        parts = send(0)
+        poll = None
+        while True:  # chunks the rate limiter holds are sent again, in order, after a pause
+            held = next((i for i, p in enumerate(parts) if isinstance(p, Blocked)), None)
+            if held is None:
+                break
+            blocked = parts[held]
+            if poll is None:
+                poll = Poll(timeout, self._killed)
+            written = slices[held].start + blocked.written  # rows in order: a prefix
+            try:
+                poll.pause(
+                    blocked,
+                    f"extend of {words.shape[0]:,} rows",
+                    written,
+                    torch.from_numpy(
+                        np.concatenate([*parts[:held], blocked.slots[: blocked.written]])
+                    ),
+                )
+            except (RateLimitTimeoutError, BufferClosedError):
+                ids.done(starts)  # the rows not written are abandoned: the caller is told which
+                raise
+            try:
+                parts[held:] = send(held)
+            except BufferActorError as err:
+                if self._killed.is_set():  # killed while it waited
+                    ids.done(starts)
+                    raise _killed_while(f"extend of {words.shape[0]:,} rows") from err
+                raise
         ids.done(starts)
         return parts
 
@@ -388,6 +454,7 @@ class RayReplayBuffer:
         chunk_rows: int | None = None,
         max_in_flight: int = 4,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        timeout: float | None = None,
         **extend_kwargs,
     ):
         """A :class:`~mixreplay.distributed.RayWriter`: batched writes that do not wait.
@@ -396,6 +463,8 @@ class RayReplayBuffer:
             chunk_rows: rows per message; by default as many as Ray sends inline (~96 KiB).
             max_in_flight: messages sent and not yet acknowledged; beyond, rows are coalesced.
             max_message_bytes: the largest coalesced message (4 MiB); then the writer waits.
+            timeout: how long a call may wait for the buffer's rate limiter with no row
+                going in (seconds; ``None``: until one does).
             **extend_kwargs: passed to the buffer's ``extend`` (e.g. ``source="name"``).
         """
         from mixreplay.distributed.writer import RayWriter
@@ -405,6 +474,7 @@ class RayReplayBuffer:
             chunk_rows=chunk_rows,
             max_in_flight=max_in_flight,
             max_message_bytes=max_message_bytes,
+            timeout=timeout,
             **extend_kwargs,
         )
 
@@ -416,6 +486,7 @@ class RayReplayBuffer:
         *,
         return_info: bool = False,
         prefetch: int | None = None,
+        timeout: float | None = None,
     ):
         """Draw a batch, keeping ``prefetch`` more requests in flight.
 
@@ -430,27 +501,49 @@ class RayReplayBuffer:
         after it, i.e. ``k`` batches later. Changing ``batch_size`` or
         ``return_info`` drops the requests in flight (their draws are spent).
 
+        With a rate limiter, a request it holds is tried again after a pause (1 to
+        10 ms, one request in flight meanwhile) until ``timeout`` seconds have passed
+        (``None``: until allowed), then :class:`~mixreplay.errors.RateLimitTimeoutError`;
+        a batch counts as a sample when the actor draws it.
+
         Args:
             batch_size: rows to draw; the buffer's default when ``None``.
 
         Keyword Args:
             return_info: also return the buffer's ``info`` TensorDict.
             prefetch: overrides the handle's ``prefetch`` for this call.
+            timeout: seconds to wait for a rate limiter (``None``: until allowed).
         """
         k = self._prefetch if prefetch is None else check_int(prefetch, "prefetch", min=0)
-        key = (batch_size, bool(return_info))
+        timeout = check_timeout(timeout)
+        poll = None
+        while True:
+            try:
+                batch, info = self._next_batch(batch_size, bool(return_info), k)
+            except BufferActorError as err:
+                if poll is not None and self._killed.is_set():  # killed while it waited
+                    raise _killed_while("sample()") from err
+                raise
+            if not isinstance(batch, Blocked):
+                return (batch, info) if return_info else batch
+            if poll is None:
+                poll = Poll(timeout, self._killed)
+            poll.pause(batch, f"sample({'' if batch_size is None else batch_size})")
+
+    def _next_batch(self, batch_size: int | None, return_info: bool, k: int):
+        """One ``(batch, info)`` (or a :class:`Blocked` and ``None``), from the queue when prefetching."""
+        key = (batch_size, return_info)
         queue = self._queue
         if queue and self._queue_key != key:
             log.debug("dropping %d prefetched batches drawn for %s", len(queue), self._queue_key)
             queue.clear()
         if k == 0 and not queue:
-            result = self._call(self._actor.sample_packed, batch_size, bool(return_info))
-            batch, info = _decode(result, self._layouts, self._device)
-            return (batch, info) if return_info else batch
+            result = self._call(self._actor.sample_packed, batch_size, return_info)
+            return _decode(result, self._layouts, self._device)
         self._queue_key = key
         request = (self._pipeline or self._start_pipeline()).prefetch
         if not queue:
-            queue.append(request(self._actor.sample_packed, batch_size, bool(return_info)))
+            queue.append(request(self._actor.sample_packed, batch_size, return_info))
         try:
             batch, info = queue.popleft().result()
         except BaseException:
@@ -458,9 +551,10 @@ class RayReplayBuffer:
             raise
         # Topped up only now: waking the sender thread before taking the batch would
         # make this thread wait for the GIL while the sender submits.
-        while len(queue) < k:
-            queue.append(request(self._actor.sample_packed, batch_size, bool(return_info)))
-        return (batch, info) if return_info else batch
+        want = 0 if isinstance(batch, Blocked) else k
+        while len(queue) < want:
+            queue.append(request(self._actor.sample_packed, batch_size, return_info))
+        return batch, info
 
     def _start_pipeline(self) -> CallPipeline:
         # The threads hold what fetching needs, never the handle: a dropped handle is
@@ -501,6 +595,9 @@ class RayReplayBuffer:
     def kill(self, *, timeout: float = 60.0) -> None:
         """Stop the actor for good (no restart); its rows are gone unless checkpointed.
 
+        Calls of this handle waiting for the buffer's rate limiter (in other threads)
+        wake with :class:`~mixreplay.errors.BufferClosedError`.
+
         Returns once the actor is dead, so every later call raises
         :class:`~mixreplay.errors.BufferActorError` (``ray.kill`` only sends the
         request: a call made right after it may still run). After ``timeout``
@@ -508,6 +605,7 @@ class RayReplayBuffer:
         """
         timeout = check_real(timeout, "timeout", min=0)
         deadline = time.monotonic() + timeout
+        self._killed.set()  # calls of this handle waiting for the rate limiter wake now
         if self._queue:
             # Let the prefetched requests finish first: Ray would retry, and log, each call
             # still in flight when the actor dies (with max_task_retries).
@@ -554,6 +652,12 @@ class RemoteMethod:
 
     def __repr__(self) -> str:
         return f"<remote method {self._name} of {self._handle!r}>"
+
+
+def _killed_while(call: str) -> BufferClosedError:
+    return BufferClosedError(
+        f"the buffer actor was killed (kill()) while {call} waited for its rate limiter"
+    )
 
 
 def _get(refs, describe: dict, actor, retry: str | None = None):
@@ -644,7 +748,12 @@ def _actor_state(actor) -> dict:
 
 
 def _decode(result, layouts: LayoutCache, device):
-    """A ``sample_packed`` result as ``(batch, info)`` (``info`` None unless asked for)."""
+    """A ``sample_packed`` result as ``(batch, info)`` (``info`` None unless asked for).
+
+    A :class:`Blocked` (the rate limiter holds the sample) comes back as ``(blocked, None)``.
+    """
+    if isinstance(result, Blocked):
+        return result, None
     key, words, shape, info = result
     if key is None:
         batch = words

@@ -24,6 +24,11 @@ already holds a checkpoint unless ``resume=True``, so one run never silently
 continues, or overwrites, another's. A checkpoint written by :meth:`dumps` (as
 mixreplay did before chunk ids) still loads, with an empty table.
 
+Rate limits: a buffer built with ``rate_limiter=`` is asked with ``timeout=0``,
+and a call its limiter holds is answered with a
+:class:`~mixreplay.distributed.limited.Blocked` for the caller to try again:
+the actor itself never waits (see :mod:`~mixreplay.distributed.limited`).
+
 Fault injection, for tests only: with the environment variable
 ``MIXREPLAY_TEST_EXIT_AFTER_CHECKPOINT`` set to a file path, the first actor
 process that saves a checkpoint *inside a write* while that file exists deletes
@@ -47,8 +52,9 @@ from tensordict import TensorDict, TensorDictBase
 
 from mixreplay.checkpoint import load_state, save_state
 from mixreplay.distributed.chunks import MAX_WRITERS, ChunkId, WriterTable
+from mixreplay.distributed.limited import Blocked
 from mixreplay.distributed.wire import LayoutCache, Packer
-from mixreplay.errors import CheckpointError
+from mixreplay.errors import CheckpointError, RateLimitTimeoutError
 
 __all__ = ["BufferHost"]
 
@@ -125,8 +131,10 @@ class BufferHost:
         self._rows_again = 0  # rows received again and not re-applied
         self._checkpoint_error: str | None = None
         self._restarted = _was_restarted() if restarted is None else restarted
+        self._limited = False  # the buffer has a rate limiter: asked with timeout=0
         try:
             self.buffer = buffer_cls(*args, **(kwargs or {}))
+            self._limited = getattr(self.buffer, "rate_limiter", None) is not None  # any class
             self._restore(resume)
         except Exception as err:  # noqa: BLE001 - re-raised by every call
             log.exception(
@@ -249,6 +257,8 @@ class BufferHost:
         buf = self._buf()
         if chunk is None:
             td = self._layouts.unpack(key, words, writable=False)
+            if self._limited:  # never wait here (rows without an id: no exactly-once resend)
+                kwargs = {**(kwargs or {}), "timeout": 0}
             index = buf.extend(td, **(kwargs or {}))
             n = td.batch_size[0]
             if self._wrote(n):
@@ -258,6 +268,8 @@ class BufferHost:
         writer, start = chunk[0], chunk[1]
         n = len(words)
         todo = self._writers.missing(chunk, n)
+        if self._limited:
+            return self._extend_limited(key, words, kwargs, want_index, chunk, todo)
         if todo == [(0, n)]:  # the usual case: new rows
             td = self._layouts.unpack(key, words, writable=False)
             index = buf.extend(td, **(kwargs or {}))
@@ -299,6 +311,47 @@ class BufferHost:
             _exit_if_asked()
         return out if want_index else n
 
+    def _extend_limited(
+        self, key, words, kwargs, want_index: bool, chunk: ChunkId, todo: list
+    ) -> Any:
+        """A chunk through the rate limiter: the rows its band allows now, then a Blocked."""
+        writer, start, floor = chunk[0], chunk[1], chunk[2]
+        n = len(words)
+        applied = n - sum(b - a for a, b in todo)  # rows of this chunk applied before
+        if applied:
+            self._rows_again += applied
+            if not todo:
+                self._acknowledged_again += 1
+        out = self._writers.slots(writer, start, start + n) if want_index else None
+        blocked = None
+        if todo and self._writers.waiting_before(writer, floor, start):
+            # an earlier chunk of this writer is held: this one waits behind it (rows in order)
+            blocked = Blocked(self.buffer.rate_limiter, self.buffer.rate_limiter_counts)
+            todo = []
+        fresh = 0
+        buf = self._buf()
+        for a, b in todo:
+            td = self._layouts.unpack(key, words[a:b], writable=False)
+            try:
+                index, k = buf.extend(td, timeout=0, **(kwargs or {})), b - a
+            except RateLimitTimeoutError as err:
+                index, k = err.index, err.written
+                blocked = Blocked.of(err)
+            if k:
+                slots = _slots(index) if want_index else None
+                self._writers.applied(writer, start + a, start + a + k, slots)
+                if out is not None:
+                    out[a : a + k] = slots
+                fresh += k
+            if blocked is not None:
+                break
+        self._writers.settle(chunk)
+        if fresh and self._wrote(fresh):
+            _exit_if_asked()
+        if blocked is not None:
+            return blocked._replace(written=applied + fresh, slots=out)
+        return out if want_index else n
+
     def retire(self, writer: str, floor: int) -> None:
         """The writer was closed: its record goes first when the table is full."""
         self._writers.retire(str(writer), int(floor))
@@ -308,7 +361,14 @@ class BufferHost:
 
         A transform's output that is not a TensorDict travels as it is (``key`` None).
         """
-        out = self._buf().sample(batch_size, return_info=return_info)
+        buf = self._buf()
+        if self._limited:  # never wait here: a held sample is answered, and asked again
+            try:
+                out = buf.sample(batch_size, return_info=return_info, timeout=0)
+            except RateLimitTimeoutError as err:
+                return Blocked.of(err)
+        else:
+            out = buf.sample(batch_size, return_info=return_info)
         batch, info = out if return_info else (out, None)
         if info is not None:
             info = {
@@ -325,6 +385,11 @@ class BufferHost:
 
     def call(self, name: str, args: tuple = (), kwargs: dict | None = None):
         """Call the buffer's method ``name``."""
+        if self._limited and name in _WAITING_CALLS:
+            raise TypeError(
+                f"rb.{name}() would wait for the rate limiter inside the buffer actor, which "
+                "serves one call at a time; use rb.sample() (it waits on the caller's side)"
+            )
         return _sendable(f"rb.{name}(...)", getattr(self._buf(), name)(*args, **(kwargs or {})))
 
     def get(self, name: str):
@@ -364,6 +429,10 @@ class BufferHost:
         self._since_save = 0
         self._checkpoint_error = None
         return str(self._path)
+
+
+#: buffer methods that would wait for a rate limiter and that the handle does not wrap
+_WAITING_CALLS = frozenset({"next", "__iter__"})
 
 
 def _slots(index) -> np.ndarray:

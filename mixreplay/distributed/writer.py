@@ -14,6 +14,7 @@ from tensordict import TensorDictBase
 
 from mixreplay._validate import check_int
 from mixreplay.distributed.chunks import ChunkIds, mint_writer_id
+from mixreplay.distributed.limited import Blocked, Poll
 from mixreplay.distributed.wire import (
     MAX_MESSAGE_BYTES,
     MAX_SPLIT,
@@ -22,7 +23,8 @@ from mixreplay.distributed.wire import (
     inline_rows,
     write_row,
 )
-from mixreplay.errors import BufferActorError, WriterEvictedError
+from mixreplay.errors import BufferActorError, BufferClosedError, WriterEvictedError
+from mixreplay.rate_limit import check_timeout
 from mixreplay.storages.base import check_row
 
 __all__ = ["RayWriter"]
@@ -83,6 +85,17 @@ class RayWriter:
     and the writer refuses every later call with it: write the remaining rows with
     a new writer.
 
+    Rate limits: when the buffer's rate limiter holds this writer's rows (the
+    learner is behind), the actor writes what its band allows and answers the rest
+    held; the writer then sends one message at a time, after pauses of 1 to 10 ms,
+    and :meth:`add`, :meth:`extend` and :meth:`flush` wait instead of staging more
+    (so a collector runs no further ahead than the band and one message). After
+    ``timeout`` seconds without a row going in they raise
+    :class:`~mixreplay.errors.RateLimitTimeoutError`; the writer keeps the rows not
+    written, and a later call (or :meth:`flush`) sends them, exactly once. Once the
+    buffer is closed (``rb.close()``), the call that learns it raises
+    :class:`~mixreplay.errors.BufferClosedError`, and so does every later one.
+
     Create it with :meth:`RayReplayBuffer.writer`; as a context manager it
     closes on exit (:meth:`close`: flush, then tell the actor it is done). In a collector (a Ray task or actor) handed the buffer's
     handle ``rb`` (the example of :class:`~mixreplay.distributed.RayReplayBuffer`
@@ -100,6 +113,7 @@ class RayWriter:
         chunk_rows: int | None = None,
         max_in_flight: int = 4,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        timeout: float | None = None,
         **extend_kwargs,
     ):
         if chunk_rows is not None:
@@ -125,7 +139,11 @@ class RayWriter:
         # Minted here, in the thread and task that made the writer: a Ray task that is
         # retried makes its writers again in the same order, with the same identities.
         self._ids = ChunkIds(mint_writer_id("writer"))
-        self._refused: WriterEvictedError | None = None  # once set, every call raises it
+        # once set, every call raises it
+        self._refused: WriterEvictedError | BufferClosedError | None = None
+        self._timeout = check_timeout(timeout)
+        self._held = False  # the rate limiter holds this writer's rows: one message at a time
+        self._poll: Poll | None = None  # the pauses since the last row went in
         self.rows_sent = 0
         self.messages_sent = 0
         self.messages_resent = 0
@@ -136,6 +154,7 @@ class RayWriter:
         """Stage one row (a TensorDict with batch ``[]``)."""
         if self._refused is not None:
             raise self._refused
+        self._poll = None
         check_row(row)
         leaves = self._packer.leaves(row)
         self._ready_for(self._packer)
@@ -148,6 +167,7 @@ class RayWriter:
         """Stage the rows of ``data`` (batch ``[n]``), sending full chunks as they fill."""
         if self._refused is not None:
             raise self._refused
+        self._poll = None
         n = check_rows(data)
         packer = self._packer
         leaves = packer.leaves(data)
@@ -192,7 +212,7 @@ class RayWriter:
     def _maybe_send(self) -> None:
         """Send the staged rows if a message slot is free; otherwise keep staging."""
         if len(self._pending) >= self._max_in_flight and not self._reap():
-            if self._staged < self._stage.shape[0]:
+            if self._staged < self._stage.shape[0] and not self._held:
                 return  # the actor is behind: coalesce into a larger message
             self._wait_for_slot()
         self._send_stage()
@@ -217,8 +237,13 @@ class RayWriter:
         """Wait for the oldest message in flight to be acknowledged."""
         msg = self._pending.popleft()
         try:
-            self._handle._get(msg.ref, _RETRY)
-        except BufferActorError:
+            result = self._handle._get(msg.ref, _RETRY)
+        except BufferActorError as err:
+            if self._held and self._handle._killed.is_set():  # killed while the rows waited
+                raise BufferClosedError(
+                    "the buffer actor was killed (kill()) while this RayWriter's rows waited "
+                    "for its rate limiter"
+                ) from err
             # It, and every message sent after it, may or may not have been written:
             # keep them all, to be resent under their ids (the actor drops repeats).
             failed = [msg, *self._pending]
@@ -226,11 +251,12 @@ class RayWriter:
             _settle_refs([m.ref for m in failed])  # no attempt still runs when they are resent
             self._unsent = sorted([*self._unsent, *failed], key=lambda m: m.start)
             raise
-        except WriterEvictedError as err:
-            # The actor dropped this writer's record: it refuses every later message too
-            # (they may repeat rows it holds). The writer stops; rows go to a new one.
+        except (WriterEvictedError, BufferClosedError) as err:
+            # The actor dropped this writer's record, or the buffer was closed: it refuses
+            # every later message too (they may repeat rows it holds; or nothing goes in any
+            # more). The writer stops; rows go to a new one (of a new buffer).
             self._refused = err
-            _settle_refs([m.ref for m in self._pending])
+            _drop_refs([m.ref for m in self._pending])
             self._pending.clear()
             self._unsent.clear()
             self._staged = 0
@@ -238,20 +264,50 @@ class RayWriter:
         except BaseException:
             self._ids.done([msg.start])  # refused by the buffer (its error): never resent
             raise
+        if isinstance(result, Blocked):
+            self._hold(msg, result)
+            return
+        self._held, self._poll = False, None
         self._ids.done([msg.start])
 
-    def _drain(self) -> None:
-        """Submit the unsent messages in order (waiting for free slots), failed ones again."""
+    def _hold(self, msg: _Message, blocked: Blocked) -> None:
+        """The rate limiter holds ``msg`` (in part): it and the later ones wait, then go again."""
+        later = list(self._pending)  # held behind it by the actor (rows stay in order)
+        self._pending.clear()
+        _settle_refs([m.ref for m in later])
+        for m in (msg, *later):
+            m.ref = None  # held, not failed: sent again, not counted as resent
+        self._unsent = sorted([*self._unsent, msg, *later], key=lambda m: m.start)
+        self._held = True
+        if self._poll is None:
+            self._poll = Poll(self._timeout, self._handle._killed)
+        self._poll.pause(blocked, f"a RayWriter's rows ({self.rows_staged + self.in_flight} kept)")
+
+    def _drain(self, wait: bool = True) -> None:
+        """Submit the unsent messages in order (waiting for free slots), failed ones again.
+
+        While the rate limiter holds this writer's rows, one at a time: each waited for
+        (unless not ``wait``) before the next goes.
+        """
         while self._unsent:
-            self._wait_for_slot()
+            if self._held:
+                if self._pending:
+                    if not wait:
+                        return
+                    self._ack()
+                    continue
+            else:
+                self._wait_for_slot()
+                if self._held:  # a message came back held while waiting for a slot
+                    continue
             msg = self._unsent.pop(0)
             if msg.ref is not None:
                 self.messages_resent += 1
             self._submit(msg)
 
-    def _send_stage(self) -> None:
+    def _send_stage(self, wait: bool = True) -> None:
         self._queue_stage()
-        self._drain()
+        self._drain(wait)
 
     def _queue_stage(self) -> None:
         if self._staged:
@@ -283,13 +339,18 @@ class RayWriter:
         """
         if self._refused is not None:
             raise self._refused
-        self._drain()
+        self._poll = None
+        self._drain(wait)
         if self._staged:
-            self._wait_for_slot()
-            self._send_stage()
+            if not self._held:
+                self._wait_for_slot()
+            self._send_stage(wait)
         if wait:
-            while self._pending:
-                self._ack()
+            while self._pending or self._unsent:
+                if self._pending:
+                    self._ack()
+                else:
+                    self._drain()
 
     @property
     def rows_staged(self) -> int:
@@ -352,6 +413,16 @@ _RETRY = (
     "chunk ids and the buffer applies each exactly once (a restarted actor first reloads its "
     "last checkpoint; rows written after it are lost)"
 )
+
+
+def _drop_refs(refs: list) -> None:
+    """Wait for ``refs`` and fetch what they hold, errors included (none is left unread)."""
+    ray = sys.modules["ray"]
+    for ref in refs:
+        try:
+            ray.get(ref)
+        except Exception:  # noqa: BLE001 - the writer already stopped on the first error
+            pass
 
 
 def _settle_refs(refs: list) -> None:

@@ -25,6 +25,7 @@ from mixreplay.errors import CheckpointError, EmptyBufferError, PriorityError, S
 from mixreplay.layout import new_tensordict
 from mixreplay.mixing.plan import SCHEMA_FIX, DrawPlan, Notes
 from mixreplay.mixing.source import MixSource
+from mixreplay.rate_limit import check_timeout, make_gate, write_limited
 from mixreplay.samplers.base import MASK_KEY
 from mixreplay.schema import NestedKey, Schema, format_key, normalize_key
 from mixreplay.storages.base import check_rows
@@ -98,6 +99,29 @@ class MixingBuffer(BufferBase[MixedDraw]):
         for src in self._sources:
             src.add_reader(self)
 
+    def _init_rate_limiter(self, rate_limiter: Any) -> None:
+        """Set up ``rate_limiter`` (see :mod:`mixreplay.rate_limit`); after :meth:`_init_sources`."""
+        #: the sources whose rows are inserts (written, not referenced)
+        self._inserted_sources = [s for i, s in enumerate(self._sources) if self._inserted(i)]
+        self._gate = make_gate(
+            rate_limiter,
+            owner=type(self).__name__,
+            capacity=sum(s.capacity for s in self._inserted_sources),
+            size=self._online_rows(),
+            batch_size=self._batch_size,
+            sources=[
+                (name, s.obj.rate_limiter if isinstance(s.obj, BufferBase) else None)
+                for name, s in zip(self._names, self._sources)
+            ],
+        )
+
+    def _inserted(self, i: int) -> bool:
+        """Whether rows written to source ``i`` are inserts (it is written, not referenced)."""
+        return not self._by_reference(i)
+
+    def _online_rows(self) -> int:
+        return sum([len(s) for s in self._inserted_sources])
+
     # -- subclass hooks --------------------------------------------------------------------
 
     def _split(self, batch_units: int, live: list[int], sizes: list[int]) -> list[int]:
@@ -151,7 +175,9 @@ class MixingBuffer(BufferBase[MixedDraw]):
                 incoming, names=(self._names[i], self._names[target]), fix=SCHEMA_FIX
             )
 
-    def _write(self, target: int, data: TensorDictBase) -> torch.Tensor:
+    def _write(
+        self, target: int, data: TensorDictBase, timeout: float | None = None
+    ) -> torch.Tensor:
         """Write rows to source ``target``, checking first that they mix, as stored (after the
         source's write-side transforms): refused with nothing written, or written because
         they mix."""
@@ -168,6 +194,8 @@ class MixingBuffer(BufferBase[MixedDraw]):
                 )
             self._check_schemas(src.incoming_schema(rows), target)
 
+        if self._gate is not None:  # rate limiter: in the parts its band allows
+            return self._write_limited(src, data, check, check_timeout(timeout))
         first = len(src) == 0
         self._before_write()
         index = src.extend(data, check)
@@ -175,6 +203,29 @@ class MixingBuffer(BufferBase[MixedDraw]):
             self._plan = None
         self._after_write()
         return index
+
+    def _write_limited(
+        self, src: MixSource, data: TensorDictBase, check: Any, timeout: float | None
+    ) -> torch.Tensor:
+        """:meth:`_write` with a rate limiter: rows ``[a, b)`` at a time, as its band allows."""
+        assert self._gate is not None
+        n = data.batch_size[0]
+
+        def write(a: int, b: int, commit) -> torch.Tensor:
+            first = len(src) == 0
+            self._before_write()
+            index = src.extend(
+                data if b - a == n else data[a:b],
+                check,
+                # under the source's lock: a checkpoint holds the rows and their count
+                lambda index: commit(self._online_rows(), len(index)),
+            )
+            if first:  # a source's first rows may give batches their layout: plan again
+                self._plan = None
+            self._after_write()
+            return index
+
+        return write_limited(self._gate, n, timeout, write, torch.cat)
 
     def _sources_stamp(self) -> int:
         # versions only grow, so the sum changes whenever any source's transform changes
@@ -311,7 +362,13 @@ class MixingBuffer(BufferBase[MixedDraw]):
 
         p.revise(keep)
 
-    def sample(self, batch_size: int | None = None, *, return_info: bool = False) -> Any:
+    def sample(
+        self,
+        batch_size: int | None = None,
+        *,
+        return_info: bool = False,
+        timeout: float | None = None,
+    ) -> Any:
         """Draw one flat ``[batch_size]`` batch: each source's rows in source order.
 
         Args:
@@ -324,12 +381,21 @@ class MixingBuffer(BufferBase[MixedDraw]):
                 weight; 1 for uniformly sampled rows) when any source is prioritized,
                 and ``("collector", "mask")`` (``False`` on padding rows) when a source
                 pads short slices (``SliceSampler(pad_output=True)``).
+            timeout: with a rate limiter, how long to wait for its band to let the
+                batch through (seconds; ``None``: until allowed, or until :meth:`close`);
+                see :mod:`mixreplay.rate_limit`.
 
         Returns:
             The batch (new memory), or ``(batch, info)``.
 
         With ``prefetch``, the batch comes from the prefetch thread (see :mod:`mixreplay.prefetch`).
         """
+        if self._gate is not None:  # rate limiter: wait for its band, then draw
+            return self._limited(batch_size, timeout, self._sample_unlimited, return_info)
+        return self._sample_unlimited(batch_size, return_info)
+
+    def _sample_unlimited(self, batch_size: int | None, return_info: bool) -> Any:
+        """:meth:`sample`, once the rate limiter (if any) let it through."""
         if self._prefetch:
             drawn, _ = self._draw(batch_size, return_info)
         elif not return_info:  # the most common call: no record of the draw to keep
@@ -556,6 +622,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
                     for i, (name, src) in enumerate(zip(self._names, self._sources))
                 },
                 **self._mixing_state(),
+                **self._rate_limiter_state(),
             }
 
     def plan_load_state_dict(self, state: Any, *, allow_offline_mismatch: bool = False) -> Plan:
@@ -587,6 +654,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
                 ) from None
         plans.append(self._plan_generators(state))
         plans.append(self._plan_mixing_state(state))
+        plans.append(self._plan_rate_limiter(state))  # after the rows: it reads their count
 
         def apply() -> None:
             with self._locks():

@@ -69,6 +69,10 @@ class MixtureReplayBuffer(MixingBuffer):
             rows). With ``batch_device="cuda"``, each host source's rows are gathered into
             a page-locked packed buffer and moved with one ``non_blocking`` copy (see
             :class:`~mixreplay.ReplayBuffer`); refused when this machine has no such device.
+        rate_limiter: a :class:`~mixreplay.MinSize` or :class:`~mixreplay.SampleToInsertRatio`
+            holding rows sampled (every row of a batch) per row written to any writable
+            source within its band (see :mod:`mixreplay.rate_limit`); refused when no
+            source is writable.
 
     A source given as a storage (``LazyTensorStorage(...)``) becomes a
     :class:`~mixreplay.ReplayBuffer` with ``samplers.get(name)``.
@@ -104,6 +108,7 @@ class MixtureReplayBuffer(MixingBuffer):
         prefetch: int | None = None,
         pin_memory: bool = False,
         batch_device: torch.device | str | None = None,
+        rate_limiter: Any = None,
     ):
         if not isinstance(sources, Mapping) or not sources:
             raise TypeError(
@@ -166,6 +171,7 @@ class MixtureReplayBuffer(MixingBuffer):
                 f"fractions sum to 0 ({dict(fractions)}); give at least one source a share"
             )
         self._init_sources(list(sources), built)
+        self._init_rate_limiter(rate_limiter)
         self._step: int | float = 0
         self._carry: list[float] = [0.0] * len(self._names)
         self._carry_live: tuple[int, ...] = ()
@@ -244,8 +250,14 @@ class MixtureReplayBuffer(MixingBuffer):
         except ValueError:
             raise KeyError(f"no source named {name!r}; sources are {list(self._names)}") from None
 
-    def extend(self, data: TensorDictBase, *, source: str) -> torch.Tensor:
-        """Write rows to source ``source``; return the slots written."""
+    def extend(
+        self, data: TensorDictBase, *, source: str, timeout: float | None = None
+    ) -> torch.Tensor:
+        """Write rows to source ``source``; return the slots written.
+
+        With a rate limiter the rows go in as its band allows, waiting up to ``timeout``
+        seconds (``None``: until allowed, or until :meth:`close`); see :mod:`mixreplay.rate_limit`.
+        """
         i = self._index(source)
         src = self._sources[i]
         if not src.writable:
@@ -253,7 +265,7 @@ class MixtureReplayBuffer(MixingBuffer):
                 f"source {source!r} is read-only ({type(src.obj).__name__}): mixreplay samples it but "
                 "does not write to it; extend a writable source (a storage or a ReplayBuffer over one)"
             )
-        return self._write(i, data)
+        return self._write(i, data, timeout)
 
     # -- state -----------------------------------------------------------------------------
 

@@ -62,8 +62,9 @@ class OfflineToOnlineReplayBuffer(MixingBuffer):
     from one thread (the learner): they share the buffer's generator and fraction.
 
     Checkpoints: :meth:`dumps` / :meth:`loads` save and restore the filled online
-    rows, the ring cursor, samplers, generator, schedule, step and base fraction;
-    the offline dataset is referenced by its fingerprint, never copied.
+    rows, the ring cursor, samplers, generator, schedule, step and base fraction
+    (and a rate limiter's counts); the offline dataset is referenced by its
+    fingerprint, never copied.
 
     Args:
         offline_dataset: a mixreplay buffer or dataset, a TorchRL ``ReplayBuffer``
@@ -92,6 +93,10 @@ class OfflineToOnlineReplayBuffer(MixingBuffer):
             rows). With ``batch_device="cuda"``, each host source's rows are gathered into
             a page-locked packed buffer and moved with one ``non_blocking`` copy (see
             :class:`~mixreplay.ReplayBuffer`); refused when this machine has no such device.
+        rate_limiter: a :class:`~mixreplay.MinSize` or :class:`~mixreplay.SampleToInsertRatio`
+            holding rows sampled (every row of a batch, offline ones included) per online
+            row written within its band: ``sample`` and ``extend`` wait for it (see
+            :mod:`mixreplay.rate_limit` and the guide's page on asynchronous fine-tuning).
         **dataset_kwargs: forwarded to the dataset loader with a dataset ID.
 
     Examples:
@@ -122,6 +127,7 @@ class OfflineToOnlineReplayBuffer(MixingBuffer):
         prefetch: int | None = None,
         pin_memory: bool = False,
         batch_device: torch.device | str | None = None,
+        rate_limiter: Any = None,
         **dataset_kwargs: Any,
     ):
         if online_storage is not None and online_capacity is not None:
@@ -179,6 +185,7 @@ class OfflineToOnlineReplayBuffer(MixingBuffer):
             storage=online_storage, sampler=online_sampler, generator=self._generator
         )
         self._init_sources(("offline", "online"), [offline, BufferSource(self._online_buffer)])
+        self._init_rate_limiter(rate_limiter)
         self._base_fraction = self._fraction_at(0) if base is None else base
 
     # -- the fraction: one schedule of the step ------------------------------------------------
@@ -214,14 +221,18 @@ class OfflineToOnlineReplayBuffer(MixingBuffer):
 
     # -- reference API ---------------------------------------------------------------------
 
-    def extend(self, data: TensorDictBase) -> torch.Tensor:
-        """Write online rows (batch ``[n]``); return the online slots written."""
-        return self._write(1, data)
+    def extend(self, data: TensorDictBase, *, timeout: float | None = None) -> torch.Tensor:
+        """Write online rows (batch ``[n]``); return the online slots written.
 
-    def add(self, row: TensorDictBase) -> int:
+        With a rate limiter the rows go in as its band allows, waiting up to ``timeout``
+        seconds (``None``: until allowed, or until :meth:`close`); see :mod:`mixreplay.rate_limit`.
+        """
+        return self._write(1, data, timeout)
+
+    def add(self, row: TensorDictBase, *, timeout: float | None = None) -> int:
         """Write one online row (batch ``[]``); return its slot."""
         check_row(row)
-        return int(self.extend(row.unsqueeze(0))[0])
+        return int(self.extend(row.unsqueeze(0), timeout=timeout)[0])
 
     def anneal(self, step: int | float, total_steps: int | float) -> None:
         """Decay the offline fraction linearly to 0: ``base * max(0, 1 - step / total_steps)``.

@@ -118,6 +118,11 @@ class MixSource(abc.ABC):
         return False
 
     @property
+    def capacity(self) -> int:
+        """Rows it can hold (a writable source's storage capacity; a read-only one's rows)."""
+        return len(self)
+
+    @property
     def pads(self) -> bool:
         """Whether its draws may hold padding rows (marked by :meth:`mask`)."""
         return False
@@ -230,11 +235,16 @@ class MixSource(abc.ABC):
         return contextlib.nullcontext()
 
     def extend(
-        self, data: TensorDictBase, check: Callable[[TensorDictBase], None] | None = None
+        self,
+        data: TensorDictBase,
+        check: Callable[[TensorDictBase], None] | None = None,
+        written: Callable[[torch.Tensor], None] | None = None,
     ) -> torch.Tensor:
         """Write rows; return where they went. ``check(rows)``, when given, is called on the
         rows as they will be stored (after any write-side transform), before anything is
-        written; what it raises is raised, with nothing written."""
+        written; what it raises is raised, with nothing written. ``written(index)``, when
+        given, is called once the rows are in, under :meth:`lock` (a rate limiter counts
+        them there, so that a checkpoint holds rows and count together)."""
         raise ReadOnlyError(f"{self!r} is read-only")
 
     @abc.abstractmethod
@@ -294,6 +304,10 @@ class BufferSource(MixSource):
     @property
     def prioritized(self) -> bool:
         return self.buffer.sampler.prioritized
+
+    @property
+    def capacity(self) -> int:
+        return int(self.buffer.storage.max_size)
 
     @property
     def pads(self) -> bool:
@@ -405,9 +419,12 @@ class BufferSource(MixSource):
         return self.buffer.prefetch_paused()
 
     def extend(
-        self, data: TensorDictBase, check: Callable[[TensorDictBase], None] | None = None
+        self,
+        data: TensorDictBase,
+        check: Callable[[TensorDictBase], None] | None = None,
+        written: Callable[[torch.Tensor], None] | None = None,
     ) -> torch.Tensor:
-        return self.buffer.extend_checked(data, check)
+        return self.buffer.extend_checked(data, check, written=written)
 
     def state_dict(self, *, copy: bool = True, by_reference: bool = False) -> dict[str, Any]:
         return self.buffer.state_dict(copy=copy, by_reference=by_reference)

@@ -299,3 +299,21 @@ def test_bench_program_buffer_tiny(tmp_path):
     (row,) = result["rows"]
     assert row["peer"] == "torchrl" and row["mixreplay"] > 0 and row["peer_value"] > 0
     assert set(result["versions"]) == {"python", "torch", "tensordict", "torchrl", "mixreplay"}
+
+
+def test_bench_rate_limiter_tiny_writes_its_results(tmp_path):
+    out = tmp_path / "bench_rate_limiter.json"
+    text = run_bench(
+        "bench_rate_limiter.py",
+        "--rounds", "1", "--calls", "20", "--offline", "2000", "--out", str(out),
+        tmp=tmp_path,
+    )  # fmt: skip
+    saved = json.loads(out.read_text())
+    assert saved["benchmark"] == "bench_rate_limiter"
+    names = [r["name"] for r in saved["rows"]]
+    assert "OfflineToOnline mixed sample(256)" in names and len(names) == 6
+    for row in saved["rows"]:
+        assert row["peer"] == "no limiter" and row["unit"] == "us" and row["better"] == "lower"
+        assert row["ratio"] == pytest.approx(row["peer_value"] / row["mixreplay"], rel=0.01)
+        assert f"| {row['name']} |" in text
+    assert set(saved["versions"]) == {"python", "torch", "tensordict", "torchrl", "mixreplay"}

@@ -151,14 +151,17 @@ def write_results(
     directory: str | Path | None = None,
 ) -> Path:
     """Write ``<directory>/<name>.json`` (default ``benchmarks/results``, or
-    ``$MIXREPLAY_RESULTS_DIR``) and return its path. Rows come from :func:`row`."""
+    ``$MIXREPLAY_RESULTS_DIR``) and return its path. ``name`` is the script's stem, plus a
+    suffix for a variant (``bench_samplers_designs``). Rows come from :func:`row`."""
     for r in rows:
         if tuple(r) != ROW_FIELDS:
             raise ValueError(f"a results row has the fields {ROW_FIELDS}, got {tuple(r)}")
-    if len({r["name"] for r in rows}) != len(rows):
-        raise ValueError(f"{name}: two rows share a name: {[r['name'] for r in rows]}")
+    pairs = [(r["name"], r["peer"]) for r in rows]
+    if len(set(pairs)) != len(pairs):
+        raise ValueError(f"{name}: two rows share a name and a peer: {pairs}")
+    script = next((w for w in shlex.split(command) if w.endswith(".py")), name)
     data = {
-        "benchmark": name,
+        "benchmark": Path(script).stem,  # the script; the file's name adds a variant's suffix
         "command": command,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": machine(),

@@ -268,7 +268,8 @@ def save(args, ck: list, cc: list) -> None:
             )  # fmt: skip
     alone = cc[0][1]
     for label, us, _ in cc[1:]:
-        rows.append(row(f"mixed sample(256) {label}", "us", us, peer="sample(256) alone",
+        what = label.replace("sample(256) ", "")
+        rows.append(row(f"mixed sample(256) {what}", "us", us, peer="sample(256) alone",
                         peer_value=alone))  # fmt: skip
     write_results(
         "bench_checkpoint",

@@ -194,16 +194,22 @@ def save(args, out: dict) -> None:
     trl = out.get("TorchRL")
     peer, peer_of = ("torchrl", lambda k: trl[k]) if trl else (None, lambda k: None)
     rows = []
-    for name, label in (
-        ("mixreplay", "buffer work per SAC step: extend(1) + sample(256)"),
-        ("mixreplay prioritized", "the same, prioritized online side + update_priority(256)"),
-    ):
-        r = out[name]
-        rows.append(row(label, "us", r["buffer_us"], peer=peer, peer_value=peer_of("buffer_us")))
-        rows.append(
-            row(f"{label}: share of the step", "%", 100 * r["share"], peer=peer,
-                peer_value=None if trl is None else 100 * trl["share"])
-        )  # fmt: skip
+    label = "buffer work per SAC step: extend(1) + sample(256)"
+    r = out["mixreplay"]
+    rows.append(row(label, "us", r["buffer_us"], peer=peer, peer_value=peer_of("buffer_us")))
+    rows.append(
+        row(f"{label}: share of the step", "%", 100 * r["share"], peer=peer,
+            peer_value=None if trl is None else 100 * trl["share"])
+    )  # fmt: skip
+    # TorchRL's prioritized sampler does not load on every torch build: the prioritized
+    # buffer's peer is mixreplay's uniform one, from the same rounds
+    p = out["mixreplay prioritized"]
+    prio = "prioritized online side: extend(1) + sample(256) + update_priority(256)"
+    rows.append(
+        row(prio, "us", p["buffer_us"], peer="mixreplay uniform", peer_value=r["buffer_us"])
+    )
+    rows.append(row(f"{prio}: share of the step", "%", 100 * p["share"],
+                    peer="mixreplay uniform", peer_value=100 * r["share"]))  # fmt: skip
     rows.append(
         row("the learner's time per step (the same learner)", "us",
             out["mixreplay"]["learner_us"], peer=peer, peer_value=peer_of("learner_us"))
@@ -227,7 +233,7 @@ def save(args, out: dict) -> None:
             "One online SAC step (the demo's learner, 2x256 MLPs, CPU) fed by a 50/50 "
             "offline-to-online buffer of Hopper-shaped rows: the buffer's work is extend(1) + "
             "sample(256) (+ update_priority with |TD error| for the prioritized buffer, whose "
-            "peer is TorchRL's uniform buffer: TorchRL's prioritized sampler needs a C++ "
+            "peer is mixreplay's uniform buffer: TorchRL's prioritized sampler needs a C++ "
             "extension that does not load on this torch build). Each buffer feeds its own "
             "learner; steps interleaved in rounds. The share depends on the learner's speed, "
             "hence on the machine's load; the buffer times are the steadier figure."

@@ -250,12 +250,12 @@ def save(args, result: dict, row_bytes: int) -> None:
     for name, r in result.items():
         if name != "extras" and r["floor_us"]:
             out.append(
-                row(f"{name} against the raw floor", "us", r["mixreplay_us"],
+                row(name, "us", r["mixreplay_us"],
                     peer="raw floor: 2 randint + 2 packed index_select", peer_value=r["floor_us"])
             )  # fmt: skip
         if name != "extras" and r.get("owned_floor_us"):
             out.append(
-                row(f"{name} against bare torch with owned leaves", "us", r["mixreplay_us"],
+                row(name, "us", r["mixreplay_us"],
                     peer="bare torch: the same draws, gathers and leaf copies",
                     peer_value=r["owned_floor_us"])
             )  # fmt: skip

@@ -113,7 +113,7 @@ TABLES: dict[str, Table] = {
         "bench_hugepages", view="cost", peer="plain pages", ratio="huge ÷ plain",
         first="operation (on huge pages)",
     ),
-    "sac-step": Table("bench_sac_step"),
+    "sac-step": Table("bench_sac_step", against=True, peer="its peer", ratio="peer ÷ mixreplay"),
     "prefetch": Table(
         "bench_prefetch", view="cost", peer="`prefetch=None`", ratio="÷ without",
         first="with `prefetch=2`",

@@ -106,8 +106,7 @@ def test_a_missing_dataset_is_one_line(tmp_path, capsys):
     assert re.fullmatch(r"mixreplay: error: [^\n]*absent-v0[^\n]*\n", err)
     # the demo has no --download: the message names the command that fetches it
     assert err.endswith(
-        "or run `mixreplay inspect minari:mixreplay/absent-v0 --download` to fetch it with "
-        "Minari\n"
+        "or run `mixreplay inspect minari:mixreplay/absent-v0 --download` to fetch it with Minari\n"
     )
 
 

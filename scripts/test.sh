@@ -55,7 +55,7 @@ phase "test suite again on tensordict 0.15 (TorchRL-free tests)" td015 "$@"
 
 # The package as users get it: sdist and wheel built, twine-checked, the wheel installed alone
 # into a fresh venv (torch hard-linked from .venv) and smoke-tested with no source tree on the path.
-phase "package: build, twine check, the wheel in a fresh venv" bash scripts/check_package.sh
+phase "package: version, build, twine check, the wheel and the sdist in fresh venvs" bash scripts/check_package.sh
 # The documentation site, built from docs/ with warnings as errors; every public name indexed.
 phase "documentation site (sphinx -W)" \
   "$py" -m pytest -m docs -n 0 -p no:cacheprovider -q tests/docs/test_site.py

@@ -38,6 +38,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_sampling import best_of, hopper_rows  # noqa: E402
+from results import command_line, write_results  # noqa: E402
+from results import row as result_row  # noqa: E402
 
 
 def per_group(layout):
@@ -217,6 +219,30 @@ def main(argv=None) -> dict:
         t = row["torchrl"]
         for name, us in row.items():
             print(f"{buf:<8}{name:<11}{us:16.1f}{t / us:10.1f}x{owns[name]:>7}")
+    rows = []
+    for buf, times in res.items():
+        for name, us in times.items():
+            if name != "torchrl":
+                what = "owned leaves" if owns[name] == "yes" else "shared leaves"
+                rows.append(
+                    result_row(f"{buf} sample(256): {name} ({what})", "us", us, peer="torchrl",
+                        peer_value=times["torchrl"])
+                )  # fmt: skip
+    write_results(
+        "bench_batch_layout",
+        command_line(),
+        rows,
+        settings={"rounds": args.rounds, "calls_per_round": args.number, "rows": args.rows,
+                  "online_rows": args.online, "torch_threads": torch.get_num_threads()},
+        notes=(
+            "sample(256) of a plain ReplayBuffer(LazyTensorStorage) and of an "
+            "OfflineToOnlineReplayBuffer (fraction 0.5) with each candidate batch layout put in "
+            "place for the timing, against TorchRL's same buffers in one process, alternating. "
+            "per_key is what mixreplay does (every leaf its own contiguous tensor, copied out "
+            "of kept packed rows in one _foreach_clone); per_group and packed share memory "
+            "between leaves, so their batches are not ordinary (torch.save refuses packed)."
+        ),
+    )  # fmt: skip
     return res
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 from bench_sampling import hopper_rows  # the same rows as every benchmark here
+from results import command_line, row, write_results
 
 
 def disk_usage(path: Path) -> tuple[int, int]:
@@ -243,7 +244,54 @@ def main(argv=None):
     finally:
         shutil.rmtree(root, ignore_errors=True)
     cc = bench_concurrency(args)
+    save(args, ck, cc)
     return {"checkpoint": ck, "concurrency": cc}
+
+
+def save(args, ck: list, cc: list) -> None:
+    """benchmarks/results/bench_checkpoint.json: dumps, loads and bytes on disk against
+    TorchRL's; mixed sample(256) with a writing thread against sample(256) alone."""
+    by = dict(ck)
+    trl = by["torchrl 0.14.1 ReplayBuffer"]
+    rows = []
+    for name in ("mixreplay ReplayBuffer", "mixreplay OfflineToOnline"):
+        m = by[name]
+        label = name.replace("mixreplay ", "")
+        for key, what, unit, scale in (
+            ("dumps_s", "dumps", "s", 1),
+            ("loads_s", "loads", "s", 1),
+            ("apparent", "bytes on disk", "MB", 1e-6),
+        ):
+            rows.append(
+                row(f"{label}: {what}", unit, m[key] * scale, peer="torchrl ReplayBuffer",
+                    peer_value=trl[key] * scale)
+            )  # fmt: skip
+    alone = cc[0][1]
+    for label, us, _ in cc[1:]:
+        what = label.replace("sample(256) ", "")
+        rows.append(row(f"mixed sample(256) {what}", "us", us, peer="sample(256) alone",
+                        peer_value=alone))  # fmt: skip
+    write_results(
+        "bench_checkpoint",
+        command_line(),
+        rows,
+        settings={
+            "rounds": args.rounds,
+            "filled_rows": args.filled,
+            "capacity": args.capacity,
+            "offline_rows": args.offline,
+            "seconds_per_concurrency_case": args.seconds,
+            "torch_threads": torch.get_num_threads(),
+        },
+        notes=(
+            "A buffer of capacity 1,000,000 holding 100,000 Hopper-shaped rows saved and loaded "
+            "(best of the rounds; mixreplay's dumps include fsync); the OfflineToOnline buffer "
+            "references its 1M-row offline dataset instead of copying it. TorchRL's storage "
+            "saves its whole capacity. The concurrency rows: a learner's mixed sample(256) "
+            "while another thread extends the same buffer (or only wakes, or extends another "
+            "buffer), against sample(256) alone: the cost of two Python threads sharing the GIL."
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -848,7 +848,67 @@ def main(argv=None) -> dict:
     draw(results, args.out, env)
     saved_path.write_text(json.dumps({"env": env, "curves": results}, indent=1))
     print(f"\nwrote {args.out} and {saved_path}")
+    if set(wanted) == set(CURVES):  # every curve of this run: one results file
+        save(args, results)
     return results
+
+
+def save(args, results: dict) -> None:
+    """benchmarks/results/bench_curves.json: every timed point against TorchRL's (best rounds),
+    and the memory curve's growth per dataset size."""
+    from results import command_line, row, write_results
+
+    rows = []
+    for name in ("batch", "capacity", "rowsize"):
+        what = {
+            "batch": "mixed sample(B), B = {}",
+            "capacity": "mixed sample(256), ring of {} rows",
+            "rowsize": "mixed sample(256), rows of {}",
+        }[name]
+        for p in results[name]["points"]:
+            trl = p.get("torchrl_us")
+            rows.append(
+                row(
+                    what.format(fmt_x(name, p["x"])),
+                    "us",
+                    p["mixreplay_us"],
+                    peer="torchrl" if trl else None,
+                    peer_value=trl,
+                )
+            )
+    for p in results["memory"]["points"]:
+        sampled = p["sampled"]
+        size = fmt_x("memory", p["x"])
+        rows.append(
+            row(
+                f"memmap dataset of {size}: anonymous memory growth",
+                "MiB",
+                sampled["Anonymous"] / MiB,
+            )
+        )
+        rows.append(
+            row(
+                f"memmap dataset of {size}: dataset pages mapped",
+                "MiB",
+                sampled["dataset_pages"] / MiB,
+            )
+        )
+    write_results(
+        "bench_curves",
+        command_line(),
+        rows,
+        settings={"rounds": args.rounds, "seconds_per_point": args.seconds,
+                  "clock": args.clock, "torch_threads": args.threads,
+                  "setups": {k: v["setup"] for k, v in results.items()}},
+        notes=(
+            "Mixed sampling time against batch size, ring capacity and row size (mixreplay and "
+            "TorchRL's OfflineToOnlineReplayBuffer built from the same rows in one process, "
+            "every point of a curve and both libraries timed in the same rounds; each call in "
+            "CPU time of the calling thread; the best round), and the memory of a process that "
+            "opens a memmap dataset and draws 1,000 sample(256), against the dataset's size "
+            "(growth from before the open). docs/perf.json holds every round."
+        ),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

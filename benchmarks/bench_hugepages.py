@@ -27,6 +27,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo's benchmarks package
+from results import command_line, row, write_results  # noqa: E402
+
 from benchmarks.bench_samplers import interleaved  # noqa: E402
 from benchmarks.bench_sampling import hopper_rows  # noqa: E402
 
@@ -109,6 +111,29 @@ def main(argv=None) -> dict:
                 "thp_growth": g_h,
                 "plain_growth": g_p,
             }
+    write_results(
+        "bench_hugepages",
+        command_line(),
+        [
+            row(f"{op} of {args.batch} rows, capacity {cap:,}", "us", r["thp_us"],
+                peer="plain pages", peer_value=r["plain_us"])
+            for (cap, op), r in out.items()
+        ],
+        settings={
+            "capacities": args.capacities,
+            "rounds": args.rounds,
+            "calls_per_round": args.number,
+            "batch": args.batch,
+            "huge_pages_offered": bool(_hugepages.huge_pages_offered()),
+            "torch_threads": torch.get_num_threads(),
+        },
+        notes=(
+            "A ring of Hopper-shaped rows built on transparent huge pages (mixreplay's default "
+            "where the OS offers them) and on plain 4 KiB pages, at each capacity; gather is "
+            "randint + one index_select of packed rows, sample is ReplayBuffer.sample; "
+            "interleaved rounds, best round. ratio > 1: huge pages faster."
+        ),
+    )  # fmt: skip
     return out
 
 

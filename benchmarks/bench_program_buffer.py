@@ -21,10 +21,8 @@ over all measured batches, and the range of the per-batch figures.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -32,6 +30,7 @@ import time
 from pathlib import Path
 
 import torch
+from results import row, write_results
 from tensordict import TensorDict
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -87,38 +86,6 @@ def make_buffer(lib: str, storage: str, capacity: int, batch_size: int, scratch:
     return rb
 
 
-def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "load_avg": [round(x, 2) for x in os.getloadavg()],
-    }
-
-
-def versions() -> dict:
-    import tensordict
-    import torchrl
-
-    import mixreplay
-
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "tensordict": tensordict.__version__,
-        "torchrl": torchrl.__version__,
-        "mixreplay": mixreplay.__version__,
-    }
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--batches", type=int, default=20, help="collected batches measured")
@@ -142,19 +109,19 @@ def main(argv: list[str] | None = None) -> dict:
             )
             for lib in libs
         }
-        row = 0
-        while row < args.prefill:
-            n = min(args.frames_per_batch, args.prefill - row)
-            batch = collected_batch(n, start=row, seed=row)
+        written = 0
+        while written < args.prefill:
+            n = min(args.frames_per_batch, args.prefill - written)
+            batch = collected_batch(n, start=written, seed=written)
             for rb in buffers.values():
                 rb.extend(batch)
-            row += n
+            written += n
         for rb in buffers.values():  # warm up: the first samples start the prefetch threads
             for _ in range(10):
                 rb.sample()
         for b in range(args.batches):
-            batch = collected_batch(args.frames_per_batch, start=row, seed=row)
-            row += args.frames_per_batch
+            batch = collected_batch(args.frames_per_batch, start=written, seed=written)
+            written += args.frames_per_batch
             order = libs if b % 2 == 0 else libs[::-1]
             for lib in order:
                 rb = buffers[lib]
@@ -173,13 +140,20 @@ def main(argv: list[str] | None = None) -> dict:
     mean = {lib: totals[lib][0] / totals[lib][1] * 1e6 for lib in libs}
     command = "python benchmarks/bench_program_buffer.py " + " ".join(argv or sys.argv[1:])
     name = f"sac's buffer work per step ({args.storage} storage)"
-    result = {
-        "benchmark": "bench_program_buffer",
-        "command": command.strip(),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": machine(),
-        "versions": versions(),
-        "settings": {
+    per_batch = {
+        lib: {
+            "min": round(min(v), 2),
+            "median": round(statistics.median(v), 2),
+            "max": round(max(v), 2),
+        }
+        for lib, v in per_step.items()
+    }
+    out = args.out or RESULTS / f"bench_program_buffer_{args.storage}.json"
+    path = write_results(
+        out.stem,
+        command.strip(),
+        [row(name, "us", mean["mixreplay"], peer="torchrl", peer_value=mean["torchrl"])],
+        settings={
             "program": "TorchRL's sota-implementations/sac/sac.py: make_replay_buffer and its loop",
             "buffer": "TensorDictReplayBuffer(pin_memory=False, prefetch=3, batch_size="
             f"{args.batch_size}, storage={'LazyMemmapStorage' if args.storage == 'memmap' else 'LazyTensorStorage'}({args.capacity}))",
@@ -190,43 +164,24 @@ def main(argv: list[str] | None = None) -> dict:
             "rows": "a TorchRL collector's SAC rows on HalfCheetah (17 + 6 + loc/scale + counters, TED)",
             "threads": 1,
         },
-        "rows": [
-            {
-                "name": name,
-                "unit": "us",
-                "mixreplay": round(mean["mixreplay"], 2),
-                "peer": "torchrl",
-                "peer_value": round(mean["torchrl"], 2),
-                "ratio": round(mean["torchrl"] / mean["mixreplay"], 3),
-                "better": "lower",
-            }
-        ],
-        "per_batch_us": {
-            lib: {
-                "min": round(min(v), 2),
-                "median": round(statistics.median(v), 2),
-                "max": round(max(v), 2),
-            }
-            for lib, v in per_step.items()
-        },
-        "notes": (
+        notes=(
             "Per training step of sac.py's loop: one extend of a collected batch per "
             f"{updates} sample() calls, divided by {updates}; both libraries built as "
             "make_replay_buffer builds it (prefetch=3: the sampling runs in each library's "
             "prefetch thread, so the figure is what the loop waits for). Collected batches "
             "alternate between the libraries. ratio = TorchRL / mixreplay."
         ),
-    }
-    out = args.out or RESULTS / f"bench_program_buffer_{args.storage}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+        detail={"per_batch_us": per_batch},
+        directory=out.parent,
+    )
+    result = json.loads(path.read_text())
     print(f"### {name}, per step (us)\n")
     print("| library | mean | per-batch min | median | max |\n|---|---:|---:|---:|---:|")
     for lib in libs:
-        q = result["per_batch_us"][lib]
+        q = per_batch[lib]
         print(f"| {lib} | {mean[lib]:.1f} | {q['min']} | {q['median']} | {q['max']} |")
     print(f"\nratio (TorchRL / mixreplay): {result['rows'][0]['ratio']}")
-    print(f"command: {result['command']}\nwritten: {out}")
+    print(f"command: {result['command']}\nwritten: {path}")
     return result
 
 

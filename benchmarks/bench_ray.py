@@ -44,6 +44,7 @@ if not ({"RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"} & set(os.environ)):
     os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 
 import torch  # noqa: E402
+from results import command_line, row, write_results  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 
 from mixreplay import OfflineToOnlineReplayBuffer  # noqa: E402
@@ -281,7 +282,9 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     sections = {"writes", "latency", "learner", "overhead"} if args.only is None else {args.only}
     if sections == {"overhead"}:
-        print_overhead(chunk_overhead(OFFLINE_ROWS, 2000 if args.quick else 6000))
+        overhead = chunk_overhead(OFFLINE_ROWS, 2000 if args.quick else 6000)
+        print_overhead(overhead)
+        save(args, {}, {}, {}, overhead, 0.0, 0, 0.0)
         return
     seconds = args.seconds or (1.0 if args.quick else 3.0)
     steps = 60 if args.quick else 200
@@ -431,8 +434,10 @@ def main(argv=None) -> None:
         print("\nLatency, median / p90 (ms)")
         for label, (med, p90) in lat.items():
             print(f"| {label:<48} | {med * 1e3:6.2f} / {p90 * 1e3:6.2f} |")
+    overhead = None
     if "overhead" in sections:
-        print_overhead(chunk_overhead(OFFLINE_ROWS, 2000 if args.quick else 6000))
+        overhead = chunk_overhead(OFFLINE_ROWS, 2000 if args.quick else 6000)
+        print_overhead(overhead)
     if learner:
         print(
             "\nLearner: 10 ms of work per 256-row batch; share of its time spent waiting for batches"
@@ -440,6 +445,117 @@ def main(argv=None) -> None:
         print(f"| {'setting':<36} | {'prefetch':>8} | {'waiting':>8} | {'ms per step':>11} |")
         for (setting, p), (share, step) in learner.items():
             print(f"| {setting:<36} | {p:>8} | {share * 100:7.1f}% | {step * 1e3:11.1f} |")
+    save(args, writes, lat, learner, overhead, seconds, steps, init_s)
+
+
+TORCHRL_WRITES = "torchrl 0.14 RayReplayBuffer (blocking)"
+PLAIN_WRITES = "plain Ray actor, TensorDict args (blocking)"
+
+
+def save(args, writes, lat, learner, overhead, seconds, steps, init_s) -> None:
+    """benchmarks/results/bench_ray.json: writes against TorchRL's RayReplayBuffer and a plain
+    actor, sampling latency against TorchRL's, the learner's wait against no prefetch."""
+    rows = []
+    trl = writes.get(TORCHRL_WRITES, (None, None))
+    for label, (one, many) in writes.items():
+        name = label.split(" (")[0]
+        if label == TORCHRL_WRITES:
+            continue
+        for unit_label, mine, theirs in (
+            ("1 row per call", one, trl[0]),
+            ("1000-row chunks", many, trl[1]),
+        ):
+            peer = "torchrl RayReplayBuffer" if theirs is not None else None
+            rows.append(
+                row(
+                    f"writes, {unit_label}: {name}",
+                    "rows/s",
+                    mine,
+                    peer=peer,
+                    peer_value=theirs,
+                    better="higher",
+                )
+            )
+    if writes.get(PLAIN_WRITES):
+        plain = writes[PLAIN_WRITES]
+        for label in (
+            "mixreplay handle: rb.add / rb.extend (blocking)",
+            "mixreplay writer: w.add / w.extend (batched, in flight)",
+        ):
+            if label in writes:
+                rows.append(
+                    row(
+                        f"writes, 1000-row chunks: {label.split(' (')[0]}",
+                        "rows/s",
+                        writes[label][1],
+                        peer="plain Ray actor",
+                        peer_value=plain[1],
+                        better="higher",
+                    )
+                )
+    trl_lat = lat.get("torchrl RayReplayBuffer sample(256)")
+    for label, (med, _) in lat.items():
+        if label.startswith("torchrl"):
+            continue
+        peer = "torchrl RayReplayBuffer sample(256)" if trl_lat and "sample" in label else None
+        rows.append(
+            row(
+                f"latency, median: {label}",
+                "ms",
+                med * 1e3,
+                peer=peer,
+                peer_value=trl_lat[0] * 1e3 if peer else None,
+            )
+        )
+    for (setting, p), (share, _) in learner.items():
+        if p == 0:
+            continue
+        rows.append(
+            row(
+                f"learner's time waiting, {setting}, prefetch {p}",
+                "%",
+                100 * share,
+                peer="prefetch 0",
+                peer_value=100 * learner[(setting, 0)][0],
+            )
+        )
+    if overhead is not None:
+        rows.append(
+            row(
+                f"actor's write of one {overhead['rows']}-row message with a chunk id",
+                "us",
+                overhead["chunked"] * 1e6,
+                peer="without a chunk id",
+                peer_value=overhead["plain"] * 1e6,
+            )
+        )
+        rows.append(
+            row(
+                "the writer's kept copy of that message",
+                "us",
+                overhead["copy"] * 1e6,
+                peer="the actor's write without a chunk id",
+                peer_value=overhead["plain"] * 1e6,
+            )
+        )
+    import ray
+
+    write_results(
+        "bench_ray" + ("" if args.only is None else f"_{args.only}"),
+        command_line(),
+        rows,
+        settings={"seconds_per_throughput_run": seconds, "learner_steps": steps,
+                  "collectors": 2, "ray": ray.__version__, "ray_init_s": round(init_s, 2),
+                  "auth_mode": os.environ.get("RAY_AUTH_MODE"), "torch_threads": 1},
+        notes=(
+            "A local Ray cluster (ray.init(num_cpus=2)) on the same machine as everything else: "
+            "2 collector actors writing Hopper-shaped rows (112 bytes packed) into one "
+            "buffer actor; the peers (TorchRL's RayReplayBuffer, a plain actor holding the "
+            "same buffer) in the same process tree with the same rows. Latency: medians of "
+            "single calls. The learner does 10 ms of work per 256-row batch. Oversubscribed "
+            "cores make these figures vary by about a third between runs."
+        ),
+    )  # fmt: skip
 
 
 def print_writes(writes: dict) -> None:

@@ -37,6 +37,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo's benchmarks package
+from results import command_line, row, write_results  # noqa: E402
+
 from benchmarks.bench_sampling import ACT, OBS, hopper_rows  # noqa: E402
 
 
@@ -182,7 +184,61 @@ def main(argv=None) -> dict:
         }
     if "TorchRL" not in bufs:
         print("torchrl.data.OfflineToOnlineReplayBuffer is missing from this TorchRL")
+    save(args, out)
     return out
+
+
+def save(args, out: dict) -> None:
+    """benchmarks/results/bench_sac_step.json: each buffer's time per step and share of the
+    step against TorchRL's, from the same rounds."""
+    trl = out.get("TorchRL")
+    peer, peer_of = ("torchrl", lambda k: trl[k]) if trl else (None, lambda k: None)
+    rows = []
+    label = "buffer work per SAC step: extend(1) + sample(256)"
+    r = out["mixreplay"]
+    rows.append(row(label, "us", r["buffer_us"], peer=peer, peer_value=peer_of("buffer_us")))
+    rows.append(
+        row(f"{label}: share of the step", "%", 100 * r["share"], peer=peer,
+            peer_value=None if trl is None else 100 * trl["share"])
+    )  # fmt: skip
+    # TorchRL's prioritized sampler does not load on every torch build: the prioritized
+    # buffer's peer is mixreplay's uniform one, from the same rounds
+    p = out["mixreplay prioritized"]
+    prio = "prioritized online side: extend(1) + sample(256) + update_priority(256)"
+    rows.append(
+        row(prio, "us", p["buffer_us"], peer="mixreplay uniform", peer_value=r["buffer_us"])
+    )
+    rows.append(row(f"{prio}: share of the step", "%", 100 * p["share"],
+                    peer="mixreplay uniform", peer_value=100 * r["share"]))  # fmt: skip
+    rows.append(
+        row("the learner's time per step (the same learner)", "us",
+            out["mixreplay"]["learner_us"], peer=peer, peer_value=peer_of("learner_us"))
+    )  # fmt: skip
+    write_results(
+        "bench_sac_step",
+        command_line(),
+        rows,
+        settings={
+            "steps_per_round": args.steps,
+            "rounds": args.rounds,
+            "warmup_steps": args.warmup,
+            "offline_rows": args.offline,
+            "online_rows": args.online,
+            "online_capacity": args.capacity,
+            "batch_size": args.batch,
+            "hidden": args.hidden,
+            "torch_threads": torch.get_num_threads(),
+        },
+        notes=(
+            "One online SAC step (the demo's learner, 2x256 MLPs, CPU) fed by a 50/50 "
+            "offline-to-online buffer of Hopper-shaped rows: the buffer's work is extend(1) + "
+            "sample(256) (+ update_priority with |TD error| for the prioritized buffer, whose "
+            "peer is mixreplay's uniform buffer: TorchRL's prioritized sampler needs a C++ "
+            "extension that does not load on this torch build). Each buffer feeds its own "
+            "learner; steps interleaved in rounds. The share depends on the learner's speed, "
+            "hence on the machine's load; the buffer times are the steadier figure."
+        ),
+    )
 
 
 if __name__ == "__main__":

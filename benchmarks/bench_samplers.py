@@ -41,6 +41,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo's benchmarks package
+from results import command_line, row, write_results  # noqa: E402
+
 from benchmarks.bench_sampling import hopper_rows  # noqa: E402
 
 
@@ -261,7 +263,8 @@ def mixed(args) -> dict:
     print(
         f"{'operation':<44}{'µs':>9}  {'against':<38}{'µs':>9}{'ratio':>8}  {'rounds':>13}  target"
     )
-    out = {}
+    out: dict = {}
+    listed: list = []
     for name, base, target in rows:
         best, lo, hi = ratio_range(times, name, base)
         mark = "" if target is None else f"<= {target:g}x " + ("ok" if best <= target else "MISSED")
@@ -270,6 +273,9 @@ def mixed(args) -> dict:
             f"{lo:5.2f}-{hi:5.2f}x  {mark}"
         )
         out[name] = {"us": times[name][0], "against": base, "ratio": best, "range": (lo, hi)}
+        listed.append((name, {"us": times[name][0], "against": base, "against_us": times[base][0]}))
+    out["rows"] = listed
+    out["note"] = trl_note
     return out
 
 
@@ -658,7 +664,87 @@ def main(argv=None) -> dict:
         result["runs"] = runs(args)
     if args.profile:
         profile(args)
+    save(args, result)
     return result
+
+
+def save(args, result: dict) -> None:
+    """One results file per part that ran: bench_samplers.json (each operation against the
+    uniform operation of the same run), _designs, _searches, _runs."""
+    settings = {
+        "rounds": args.rounds,
+        "calls_per_round": args.number,
+        "offline_rows": args.offline,
+        "online_rows": args.online,
+        "torch_threads": torch.get_num_threads(),
+    }
+    command = command_line()
+    if "mixed" in result:
+        rows = [
+            row(name, "us", r["us"], peer=r["against"], peer_value=r["against_us"])
+            for name, r in result["mixed"]["rows"]
+        ]
+        write_results(
+            "bench_samplers", command, rows, settings={**settings, "note": result["mixed"]["note"]},
+            notes=(
+                "Every operation timed in rounds that interleave them all, best round; each row "
+                "against the uniform operation of the same run (its peer), so ratio < 1: the "
+                "prioritized or slice operation costs 1/ratio times the uniform one. 'one "
+                "source' rows use a 100k-row ReplayBuffer; the others the mixed 50/50 buffer "
+                "of bench_sampling (Hopper-shaped rows). 'bare torch' rows are the same torch "
+                "ops with nothing around them: the floor of a pure-torch sampler."
+            ),
+        )  # fmt: skip
+    if "designs" in result:
+        rows = []
+        for capacity, trees in result["designs"].items():
+            ours = next(iter(trees.values()))
+            for name, times in trees.items():
+                for op, us, base in zip(("sample", "update", "update+sample+min"), times, ours):
+                    rows.append(
+                        row(f"{name.strip()}: {op}, {capacity:,} slots", "us", us,
+                            peer="mixreplay's tree", peer_value=base)
+                    )  # fmt: skip
+        write_results(
+            "bench_samplers_designs", command, rows, settings=settings,
+            notes=(
+                "Sum-tree structures for prioritized sampling, all in torch on the same data "
+                "(256 draws or updates, best round); each against the structure mixreplay uses. "
+                "TorchRL's layout is re-implemented in torch: its C++ trees do not load on this "
+                "torch build."
+            ),
+        )  # fmt: skip
+    if "searches" in result:
+        base = result["searches"]["one searchsorted over every prefix sum"]
+        rows = [
+            row(name, "us", us, peer="one searchsorted over every prefix sum", peer_value=base)
+            for name, us in result["searches"].items()
+        ]
+        write_results(
+            "bench_samplers_searches", command, rows, settings=settings,
+            notes=(
+                "Layouts of the prefix-sum search pure torch offers, 100,000 slots, 256 new sums "
+                "per call (each checked to find the very slots of one searchsorted), against "
+                "one searchsorted over every leaf's prefix sum (what the sampler does)."
+            ),
+        )  # fmt: skip
+    if "runs" in result:
+        rows = []
+        for draws, per in result["runs"].items():
+            for how in ("as decided", "built on the 2nd draw"):
+                rows.append(
+                    row(f"extend(1) + {draws} draws, per draw: {how}", "us", per[how],
+                        peer="descending every draw", peer_value=per["descending"])
+                )  # fmt: skip
+        write_results(
+            "bench_samplers_runs", command, rows, settings=settings,
+            notes=(
+                "One prioritized source: extend(1), then D x sample(256, return_info=True), "
+                "time per draw; the tree as it decides when to keep its leaves' prefix sums, "
+                "and made to build them on every run's second draw, against descending every "
+                "draw."
+            ),
+        )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import time
 import warnings
 
 import torch
+from results import command_line, row, write_results
 from tensordict import TensorDict
 
 OBS, ACT = 11, 3
@@ -234,7 +235,57 @@ def main(argv=None) -> dict:
     )
     if args.extras:
         result["extras"] = extras(m_off, online_td, args.rounds, rows[0][1])
+    save(args, result, m_off.storage.row_bytes)
     return result
+
+
+def save(args, result: dict, row_bytes: int) -> None:
+    """benchmarks/results/bench_sampling.json: each operation against TorchRL, the mixed
+    samples against their floors, the extras against the uniform mixed sample(256)."""
+    out = []
+    for name, r in result.items():
+        if name == "extras":
+            continue
+        out.append(row(name, "us", r["mixreplay_us"], peer="torchrl", peer_value=r["torchrl_us"]))
+    for name, r in result.items():
+        if name != "extras" and r["floor_us"]:
+            out.append(
+                row(name, "us", r["mixreplay_us"],
+                    peer="raw floor: 2 randint + 2 packed index_select", peer_value=r["floor_us"])
+            )  # fmt: skip
+        if name != "extras" and r.get("owned_floor_us"):
+            out.append(
+                row(name, "us", r["mixreplay_us"],
+                    peer="bare torch: the same draws, gathers and leaf copies",
+                    peer_value=r["owned_floor_us"])
+            )  # fmt: skip
+    uniform = result["mixed sample(256)"]["mixreplay_us"]
+    for name, us in result.get("extras", {}).items():
+        out.append(row(name, "us", us, peer="uniform mixed sample(256)", peer_value=uniform))
+    write_results(
+        "bench_sampling",
+        command_line(),
+        out,
+        settings={
+            "rounds": args.rounds,
+            "offline_rows": args.offline,
+            "online_rows": args.online,
+            "offline_fraction": 0.5,
+            "torch_threads": args.threads,
+            "clock": args.clock,
+            "row_bytes_packed": row_bytes,
+            "extras": args.extras,
+        },
+        notes=(
+            "Hopper-shaped rows (observation f32[11], action f32[3], reward f32[1], done and "
+            "terminated bool[1] at the root and under next) in both libraries, built from the "
+            "same data in one process; each operation timed alternately, best of the rounds' "
+            "mean time per call. The raw floor is two randint and one packed index_select per "
+            "source into one output, with no TensorDict; bare torch with owned leaves adds the "
+            "copy of each leaf into its own memory (what a batch owning its leaves costs at "
+            "least). Absolute times on a shared machine drift with its load: compare ratios."
+        ),
+    )
 
 
 def extras(m_off, online_td, rounds: int, uniform_us: float) -> dict:

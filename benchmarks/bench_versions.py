@@ -32,6 +32,8 @@ import subprocess
 import sys
 import tempfile
 
+from results import command_line, row, write_results
+
 HERE = pathlib.Path(__file__).resolve().parents[1]
 
 CHILD = r"""
@@ -150,10 +152,15 @@ def main() -> None:
         f"{'this÷base':>11}{'range':>15}"
     )
     print(header)
+    rows = []
     for op in OPS:
         this = [in_yardsticks(run, op) for run in runs["this"]]
         base = [in_yardsticks(run, op) for run in runs["baseline"]]
         pairs = [t / b for t, b in zip(this, base)]
+        rows.append(
+            row(op, "yardsticks", statistics.median(this), peer="baseline",
+                peer_value=statistics.median(base))
+        )  # fmt: skip
         print(
             f"{op:<20}{statistics.median(x[op] for x in runs['this']) * 1e6:>10.1f}"
             f"{statistics.median(x[op] for x in runs['baseline']) * 1e6:>10.1f}"
@@ -161,6 +168,38 @@ def main() -> None:
             f"{statistics.median(this) / statistics.median(base):>10.2f}x"
             f"{min(pairs):>8.2f}-{max(pairs):.2f}x"
         )
+    write_results(
+        "bench_versions",
+        command_line(),
+        rows,
+        settings={
+            "rounds": args.rounds,
+            "offline_rows": args.offline,
+            "online_rows": args.online,
+            "baseline": describe(roots["baseline"]),
+            "torch_threads": 1,
+        },
+        notes=(
+            "This checkout (mixreplay's figure) against the baseline checkout (the peer), each "
+            "in its own child process per round, alternating; every operation in yardsticks "
+            "(fixed pure-torch work timed in the same child), so a busier moment does not read "
+            "as a slowdown; medians over rounds. ratio > 1: this checkout is faster."
+        ),
+    )
+
+
+def describe(root: pathlib.Path) -> dict:
+    """The baseline checkout's version and commit (where it is a git checkout)."""
+    version = None
+    source = root / "mixreplay" / "_version.py"
+    if source.exists():
+        for line in source.read_text().splitlines():
+            if line.startswith("__version__"):
+                version = line.split("=", 1)[1].strip().strip("\"'")
+    out = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    )
+    return {"version": version, "commit": out.stdout.strip() or None}
 
 
 if __name__ == "__main__":

@@ -55,7 +55,9 @@ napoleon_use_keyword = False
 
 html_theme = "furo"
 html_title = f"mixreplay {release}"
-html_static_path: list[str] = []
+# tables and code blocks that fit the window (wider column, wrapping cells and long lines)
+html_static_path = ["_static"]
+html_css_files = ["mixreplay.css"]
 
 
 def _drop_planned_pages(app, docname: str, source: list[str]) -> None:

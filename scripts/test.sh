@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Install everything the tests need into .venv, then run every check CI runs, in phases.
+# Every check CI runs (.ci/run calls this), in phases: install everything the tests need into
+# .venv, then lint, types, the developer's tests (the README's command, scripts/dev.sh), the
+# long-running tests, the TorchRL-free suite on tensordict 0.15, the package, the docs site.
 # Every phase runs even when an earlier one fails; a summary at the end lists each phase's
 # result, and the script exits non-zero if any failed. Extra arguments go to pytest.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test || exit 1
+export MIXREPLAY_SETUP_DONE=1  # scripts/dev.sh below: .venv is ready
 py=.venv/bin/python
 
 names=()
@@ -27,13 +30,15 @@ phase() {  # phase NAME COMMAND...: run one phase, remember how it ended
 phase "ruff check" "$py" -m ruff check mixreplay tests benchmarks examples scripts
 phase "ruff format --check" "$py" -m ruff format --check mixreplay tests benchmarks examples scripts
 phase "mypy" "$py" -m mypy mixreplay
-# -m replaces the default run's (pyproject addopts: not slow, not heavy, not docs): CI runs
-# the heavy tests too; the docs build has a phase of its own below. `slow` (the full demo,
-# ~20 min here, and the racing-process cache test) runs on request: pytest -m slow.
-# -n 0: one test at a time (pyproject's addopts spread the developer's run over the cores; here
-# the heavy tests start Ray clusters and subprocesses that must not share 2 cores)
-phase "test suite (tensordict 0.14, torchrl 0.14.1; heavy included)" \
-  "$py" -m pytest -m "not slow and not docs" -n 0 -p no:cacheprovider "$@"
+# The developer's tests exactly as the README runs them (pyproject's addopts: not slow, not
+# heavy, not docs; one worker per core), then the long-running (heavy) tests, which CI adds:
+# -n 0, one at a time, since they start Ray clusters and subprocesses that must not share the
+# cores. Together they are the whole suite but `slow` (the full demo, ~20 min here, and the
+# racing-process cache test: pytest -m slow) and `docs` (a phase of its own below).
+phase "the developer's tests (scripts/dev.sh; tensordict 0.14, torchrl 0.14.1)" \
+  bash scripts/dev.sh "$@"
+phase "the long-running tests (-m heavy, one at a time)" \
+  "$py" -m pytest -q -m "heavy and not slow and not docs" -n 0 -p no:cacheprovider "$@"
 
 # tensordict 0.15: TorchRL 0.14.1 pins tensordict<0.15, so the main run uses 0.14.x; the whole
 # TorchRL-free suite runs again with tensordict 0.15 shadowing it (tests marked `torchrl` are
@@ -50,7 +55,7 @@ phase "test suite again on tensordict 0.15 (TorchRL-free tests)" td015 "$@"
 
 # The package as users get it: sdist and wheel built, twine-checked, the wheel installed alone
 # into a fresh venv (torch hard-linked from .venv) and smoke-tested with no source tree on the path.
-phase "package: build, twine check, the wheel in a fresh venv" bash scripts/check_package.sh
+phase "package: version, build, twine check, the wheel and the sdist in fresh venvs" bash scripts/check_package.sh
 # The documentation site, built from docs/ with warnings as errors; every public name indexed.
 phase "documentation site (sphinx -W)" \
   "$py" -m pytest -m docs -n 0 -p no:cacheprovider -q tests/docs/test_site.py

@@ -1,4 +1,4 @@
-"""Smoke checks of an installed mixreplay wheel (run by scripts/check_package.sh).
+"""Smoke checks of an installed mixreplay wheel or sdist (run by scripts/check_package.sh).
 
 Run with the fresh environment's interpreter in isolated mode (``python -I``) from an empty
 directory, so that only the installed wheel can be imported. Checks that the package imported
@@ -48,11 +48,15 @@ def main() -> None:
     meta = importlib.metadata.metadata("mixreplay")
     version = meta["Version"]
     check("the version is the package's", version == mixreplay.__version__, version)
-    check("the wheel is that version's", args.wheel.name.startswith(f"mixreplay-{version}-"))
+    check(
+        "the wheel or sdist is that version's",
+        args.wheel.name.startswith((f"mixreplay-{version}-", f"mixreplay-{version}.tar.gz")),
+        args.wheel.name,
+    )
     check("licence MIT", meta["License-Expression"] == "MIT", meta["License-Expression"])
     check("Requires-Python", meta["Requires-Python"] == ">=3.10", meta["Requires-Python"])
     extras = set(meta.get_all("Provides-Extra") or [])
-    wanted = {"minari", "d4rl", "torchrl", "ray", "demo", "test", "all", "docs"}
+    wanted = {"minari", "d4rl", "torchrl", "ray", "demo", "mujoco", "test", "all", "docs"}
     check("every extra is declared", wanted <= extras, sorted(extras))
     urls = meta.get_all("Project-URL") or []
     check("project URLs", len(urls) >= 3 and not any("<" in u for u in urls), urls)

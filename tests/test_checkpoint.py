@@ -934,3 +934,60 @@ def test_dumps_through_a_symlink_works_every_time(tmp_path):
         twin = _o2o(10, None)
         twin.loads(link)
         assert len(twin.online_buffer) == n + 1
+
+
+def _replacements(caplog) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "mixreplay.buffers.base" and r.levelname == "WARNING"
+    ]
+
+
+def test_loads_says_what_it_replaces_of_what_the_constructor_set(tmp_path, caplog):
+    """A checkpoint's fraction and generator replace the constructor's: said at WARNING,
+    naming both, when they differ; at INFO only when the buffer was built as the saved one."""
+    saved = OfflineToOnlineReplayBuffer(
+        OFFLINE, online_capacity=50, offline_fraction=0.25, generator=0, batch_size=8
+    )
+    saved.extend(id_rows(0, 10))
+    saved.sample()
+    saved.dumps(tmp_path / "ckpt")
+
+    def load(**kwargs):
+        caplog.clear()
+        rb = OfflineToOnlineReplayBuffer(OFFLINE, online_capacity=50, batch_size=8, **kwargs)
+        with caplog.at_level("INFO", logger="mixreplay.buffers.base"):
+            rb.loads(tmp_path / "ckpt")
+        return _replacements(caplog)
+
+    assert load(offline_fraction=0.5, generator=1) == [
+        "OfflineToOnlineReplayBuffer: the loaded state replaces what the constructor set: "
+        "offline_fraction Constant(value=0.5) with the saved Constant(value=0.25); "
+        "generator seed 1 with the saved seed 0"
+    ]
+    assert load(offline_fraction=Linear(0.9, 0.1, 100), generator=0) == [
+        "OfflineToOnlineReplayBuffer: the loaded state replaces what the constructor set: "
+        "offline_fraction Linear(start=0.9, end=0.1, steps=100) with the saved "
+        "Constant(value=0.25)"
+    ]
+    assert load(offline_fraction=0.25, generator=0) == []  # as saved: INFO only
+    assert "offline_fraction Constant(value=0.25), generator seed 0" in caplog.text
+    assert load(offline_fraction=0.25) == []  # no generator given: its OS seed is not news
+
+    mix = MixtureReplayBuffer(
+        {"a": LazyTensorStorage(20), "b": LazyTensorStorage(20)}, {"a": 0.5, "b": 0.5}, generator=0
+    )
+    mix.extend(id_rows(0, 5), source="a")
+    mix.dumps(tmp_path / "mix")
+    other = MixtureReplayBuffer(
+        {"a": LazyTensorStorage(20), "b": LazyTensorStorage(20)}, {"a": 0.7, "b": 0.3}, generator=0
+    )
+    caplog.clear()
+    with caplog.at_level("INFO", logger="mixreplay.buffers.base"):
+        other.loads(tmp_path / "mix")
+    assert _replacements(caplog) == [
+        "MixtureReplayBuffer: the loaded state replaces what the constructor set: fractions "
+        "{a: Weight(value=0.7), b: Weight(value=0.3)} with the saved "
+        "{a: Weight(value=0.5), b: Weight(value=0.5)}"
+    ]

@@ -127,3 +127,22 @@ def test_every_public_class_has_an_example():
 
 
 # The README's and the site's code blocks run in tests/docs/test_pages.py.
+
+
+def test_the_changelog_releases_this_version_one_line_per_change():
+    """CHANGELOG.md: `[Unreleased]` on top for the next changes, then a dated section for the
+    version the package says it is (scripts/check_package.sh refuses a build without one), and
+    each change one line under its version's Added, Changed or Fixed."""
+    import re
+    from pathlib import Path
+
+    import mixreplay
+
+    text = (Path(__file__).resolve().parents[1] / "CHANGELOG.md").read_text()
+    versions = re.findall(r"^## \[([^\]]+)\](?: - (\d{4}-\d\d-\d\d))?$", text, re.M)
+    assert versions[0] == ("Unreleased", "")
+    assert versions[1] == (mixreplay.__version__, versions[1][1]) and versions[1][1]
+    body = text.split("## [Unreleased]", 1)[1]
+    for line in body.splitlines():
+        assert line == "" or line.startswith(("## [", "### ", "- ")), line
+    assert set(re.findall(r"^### (.+)$", body, re.M)) <= {"Added", "Changed", "Fixed", "Removed"}

@@ -191,6 +191,7 @@ class BufferBase(Generic[R]):
         self._device_generators = {}
         self._prefetch_stamp: int | None = None  # the transforms the queued batches went through
         self._generator = make_generator(generator)
+        self._generator_given = generator is not None  # else seeded from the OS
         self._transform = Compose.of(transform)
         # made now, so that a pause (state_lock, dumps) always has a queue to hold still;
         # its thread starts with the first draw asked for
@@ -610,8 +611,34 @@ class BufferBase(Generic[R]):
         """
         self._before_write()
         apply = self.plan_load_state_dict(state, allow_offline_mismatch=allow_offline_mismatch)
+        constructed = self._settings()
         with self._paused():  # queued batches belong to the state being replaced
             apply()
+        self._log_replaced(constructed, self._settings())
+
+    def _settings(self) -> dict[str, str]:
+        """What a loaded state replaces that the constructor set, as text for the log: the
+        generator's seed here; the mixing buffers add their fractions."""
+        return {"generator": f"seed {self._generator.initial_seed()}"}
+
+    def _log_replaced(self, constructed: dict[str, str], loaded: dict[str, str]) -> None:
+        """Say what the loaded state replaced: at WARNING what differs from what the
+        constructor was given (a fraction, a generator), at INFO what it keeps."""
+        name = type(self).__name__
+        replaced = [
+            f"{key} {constructed[key]} with the saved {loaded[key]}"
+            for key in loaded
+            if constructed.get(key) != loaded[key] and (key != "generator" or self._generator_given)
+        ]
+        if replaced:
+            log.warning(
+                "%s: the loaded state replaces what the constructor set: %s",
+                name, "; ".join(replaced),
+            )  # fmt: skip
+        log.info(
+            "%s: loaded; %s; the generator continues the saved draws",
+            name, ", ".join(f"{k} {v}" for k, v in loaded.items()),
+        )  # fmt: skip
 
     def dumps(self, path: str | os.PathLike[str]) -> None:
         """Save a checkpoint directory at ``path``, atomically (see :mod:`mixreplay.checkpoint`).
@@ -631,7 +658,8 @@ class BufferBase(Generic[R]):
         """Restore the checkpoint at ``path`` into this buffer, built with the same arguments.
 
         From then on, ``sample`` draws exactly the batches the saved buffer would have
-        drawn. Raises :class:`~mixreplay.CheckpointError` (and changes nothing) for a
+        drawn: the saved offline fraction (or mixture weights) and generator replace the
+        constructor's, and a WARNING log names each that differs, old and new. Raises :class:`~mixreplay.CheckpointError` (and changes nothing) for a
         checkpoint that is missing, corrupt, of another format version, or that does not
         fit this buffer (schema, capacity, sampler, offline fingerprint unless
         ``allow_offline_mismatch=True``).

@@ -132,12 +132,53 @@ class ArgumentParser(argparse.ArgumentParser):
     so no command of ``mixreplay`` takes an abbreviation.
     """
 
+    #: the parser of the command named on the command line (set by :func:`build_parser`):
+    #: the options an unrecognized one is compared with
+    command_parser: argparse.ArgumentParser | None = None
+
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(USER_ERROR_STATUS, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+        prog = self.prog
+        unknown = "unrecognized arguments: "
+        if message.startswith(unknown) and self.command_parser is not None:
+            # argparse reports a command's unknown options from the top parser: name the
+            # parser the option was meant for, and the option (``--seeds`` for ``--seed``)
+            parsers = [*_nested(self.command_parser), self]
+            where, hint = _did_you_mean(message[len(unknown) :].split(), parsers)
+            prog = (where or self.command_parser).prog
+            message += hint
+        self.exit(USER_ERROR_STATUS, f"{prog}: error: {message}; see {prog} --help\n")
+
+
+def _nested(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and the parsers of its subcommands (``cache clean``), depth first."""
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += _nested(sub)
+    return found
+
+
+def _did_you_mean(
+    words: Sequence[str], parsers: Sequence[argparse.ArgumentParser]
+) -> tuple[argparse.ArgumentParser | None, str]:
+    """The parser that takes an option close to an unknown one in ``words``, and the hint
+    `` (did you mean --seeds?)`` (``--seeds for --sed, --quick for --quik`` for several)."""
+    given = [w.split("=", 1)[0] for w in words if w.startswith("--")]
+    where, hints = None, []
+    for name in given:
+        for parser in parsers:
+            options = [o for action in parser._actions for o in action.option_strings]
+            close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+            if close:
+                where = where or parser
+                hints.append(f"{close[0]} for {name}" if len(given) > 1 else close[0])
+                break
+    return where, f" (did you mean {', '.join(hints)}?)" if hints else ""
 
 
 def _command_named(argv: Sequence[str]) -> str | None:
@@ -172,6 +213,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     loaded: set[str] = set()
     if wanted is not None:  # its module may add other commands too (inspect and convert)
         loaded = _load(next(c for c in COMMANDS if c.name == wanted), sub)
+        parser.command_parser = sub.choices[wanted]
     for command in COMMANDS:
         if command.name not in loaded:
             sub.add_parser(command.name, help=command.help, add_help=False)

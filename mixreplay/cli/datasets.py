@@ -23,13 +23,14 @@ This module imports only the standard library at import time, so ``--help`` is f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mixreplay.errors import DatasetError
+from mixreplay.errors import DatasetError, DatasetNotFoundError
 
 __all__ = [
     "add_dataset_parsers",
@@ -107,6 +108,32 @@ _FLAGS = {
     "--refresh": ("refresh", "refresh"),
     "--dedup-next": ("dedup_next", "dedup_next"),
 }
+
+
+def in_flags(message: str, inspect_id: str | None = None) -> str:
+    """A loader's message as the command line says it: its keyword ``download=True`` is the
+    flag ``--download`` (``download=False``: ``--no-download``, ``keep_infos=True``:
+    ``--keep-infos``, ...). ``inspect_id``: the command has no such flag (``demo``), so the
+    message says which command fetches the dataset."""
+    if inspect_id is not None:
+        message = message.replace(
+            "pass download=True", f"run `mixreplay inspect {inspect_id} --download`"
+        )
+    for flag, (_, keyword) in _FLAGS.items():
+        on, _, off = flag.partition("/")
+        message = message.replace(f"{keyword}=True", on)
+        if off:
+            message = message.replace(f"{keyword}=False", off)
+    return message
+
+
+@contextlib.contextmanager
+def flags_in_errors(inspect_id: str | None = None) -> Iterator[None]:
+    """A dataset that is not found is reported with the command line's flags (:func:`in_flags`)."""
+    try:
+        yield
+    except DatasetNotFoundError as err:
+        raise DatasetNotFoundError(in_flags(str(err), inspect_id)) from err
 
 
 def _add_loader_options(parser: argparse.ArgumentParser) -> None:
@@ -387,7 +414,8 @@ def run_inspect(args: argparse.Namespace) -> int:
     kwargs = _loader_kwargs(args, entry)
     bars = _with_progress(entry, args.dataset_id, kwargs)
     try:
-        ds = entry.open(name, **kwargs)
+        with flags_in_errors():
+            ds = entry.open(name, **kwargs)
     finally:
         for bar in bars:
             bar.close()
@@ -459,10 +487,12 @@ def run_convert(args: argparse.Namespace) -> int:
     try:
         if entry.converts:  # stream the source straight into DEST
             progress = kwargs.pop("progress")
-            source = entry.source(name, **kwargs)
+            with flags_in_errors():
+                source = entry.source(name, **kwargs)
             convert(source, dest, overwrite=args.overwrite, progress=progress)
         else:  # open it, then copy its rows
-            ds = entry.open(name, **kwargs)
+            with flags_in_errors():
+                ds = entry.open(name, **kwargs)
             if not hasattr(ds, "__len__") or len(ds) == 0:
                 raise DatasetError(f"{args.dataset_id} holds no rows to convert")
             bar = _Progress(f"converting {args.dataset_id}")

@@ -321,16 +321,83 @@ def prepare_datasets(args: argparse.Namespace) -> dict[str, float]:
         ensure_expert_dataset()
     import torch
 
-    from mixreplay.cli.datasets import episode_returns
+    from mixreplay.cli.datasets import episode_returns, flags_in_errors
     from mixreplay.demo.experiment import load_offline
 
     returns = {}
     for name, dataset_id in _datasets(args, task):
         # converts it into the mixreplay cache once, here, rather than in every worker
-        dataset = load_offline(dataset_id, batch_size=args.batch_size, generator=torch.Generator())
+        with flags_in_errors(inspect_id=dataset_id):  # the demo has no --download of its own
+            dataset = load_offline(
+                dataset_id, batch_size=args.batch_size, generator=torch.Generator()
+            )
+        if args.dataset is not None:  # a user's dataset: is it from the environment we run?
+            check_dataset_env(dataset_id, dataset.schema, args.env or task.env_id)
         returns[name] = float(episode_returns(dataset).mean())
         log.info("offline dataset %s: %s, mean return %.1f", dataset_id, dataset, returns[name])
     return returns
+
+
+def recorded_env(dataset_id: str) -> str | None:
+    """The environment a ``minari:`` dataset says it was recorded in (its ``env_spec``), or
+    ``None`` (another prefix, or a dataset that names none)."""
+    prefix, _, name = dataset_id.partition(":")
+    if prefix != "minari":
+        return None
+    import minari
+
+    try:
+        spec = minari.load_dataset(name).spec.env_spec
+    except Exception:  # noqa: BLE001 - the data has loaded; a metadata it lacks is not an error
+        return None
+    return None if spec is None else spec.id
+
+
+def check_dataset_env(dataset_id: str, schema, env_id: str) -> None:
+    """Refuse, before any training, an offline dataset whose transitions cannot mix with the
+    ones ``env_id`` makes: its ``observation`` and ``action`` must have the environment's
+    shapes (the demo writes float32 rows of those two and TorchRL's flags). A dataset that
+    says it was recorded in another environment with the same shapes is run, with a warning.
+
+    Raises:
+        UsageError: naming the dataset's environment (where it records one), both shapes, and
+            the ``--env`` that would run it.
+    """
+    import gymnasium as gym
+
+    from mixreplay.cli import UsageError
+
+    recorded = recorded_env(dataset_id)
+    env = gym.make(env_id)
+    try:
+        wanted = {
+            "observation": tuple(env.observation_space.shape or ()),
+            "action": tuple(env.action_space.shape or ()),
+        }
+    finally:
+        env.close()
+    have = {key: tuple(schema[key].shape) if key in schema else None for key in wanted}
+    where = f"recorded in {recorded}" if recorded else "from another environment"
+    fix = (
+        f"pass --env {recorded} to train there" if recorded and recorded != env_id
+        else "pass --env with the environment it was recorded in"
+    )  # fmt: skip
+    if have != wanted:
+
+        def shapes(d):
+            return ", ".join(f"{k} {'missing' if v is None else list(v)}" for k, v in d.items())
+
+        raise UsageError(
+            f"--dataset {dataset_id} is {where} ({shapes(have)}), but the demo runs {env_id} "
+            f"({shapes(wanted)}): its transitions cannot mix with {env_id}'s; {fix}, or give "
+            f"a dataset recorded in {env_id}"
+        )
+    if recorded and recorded != env_id:
+        log.warning(
+            "--dataset %s was recorded in %s, but the demo runs %s (same observation and "
+            "action shapes, so it runs); pass --env %s if that is what you meant",
+            dataset_id, recorded, env_id, recorded,
+        )  # fmt: skip
 
 
 def _recipe_to_run(args: argparse.Namespace, task: Task, arms: list[str]) -> bool:
@@ -437,8 +504,7 @@ def run_demo(args: argparse.Namespace) -> int:
     opts = _resolve(args)
     threshold = task.threshold if args.threshold is None else args.threshold
     env_id = args.env or task.env_id
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)  # made once the datasets are checked: a refused run writes nothing
     seeds, steps = opts["seeds"], opts["steps"]
     n_datasets = len(_datasets(args, task))
     n_runs = seeds * sum(1 if arm == "online" else n_datasets for arm in arms)
@@ -460,6 +526,7 @@ def run_demo(args: argparse.Namespace) -> int:
         if rows and "arm" not in rows[0]:  # the dataset recipe's report, not a run's
             return
         records.extend(rows)
+        out.mkdir(parents=True, exist_ok=True)
         write_csv(records, out / "results.csv")
 
     if _recipe_to_run(args, task, arms):
@@ -481,6 +548,7 @@ def run_demo(args: argparse.Namespace) -> int:
         specs = build_specs(args, prepare_datasets(args), online=False)
     else:
         specs = build_specs(args, prepare_datasets(args))
+    out.mkdir(parents=True, exist_ok=True)
     returns = {s.dataset: s.dataset_return for s in specs if s.dataset_return is not None}
     prepared = time.perf_counter()
     _run_jobs(specs, workers, report, on_records=keep)

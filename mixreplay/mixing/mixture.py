@@ -282,6 +282,10 @@ class MixtureReplayBuffer(MixingBuffer):
             "carry": {"live": list(self._carry_live), "values": list(self._carry)},
         }
 
+    def _settings(self) -> dict[str, str]:
+        fractions = ", ".join(f"{n}: {f!r}" for n, f in zip(self._names, self._fractions))
+        return {"fractions": f"{{{fractions}}}", **super()._settings()}
+
     def _plan_mixing_state(self, state: dict[str, Any]) -> Plan:
         saved = state.get("fractions")
         if not isinstance(saved, dict) or set(saved) != set(self._names):

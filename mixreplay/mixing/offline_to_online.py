@@ -320,6 +320,9 @@ class OfflineToOnlineReplayBuffer(MixingBuffer):
             }
         }
 
+    def _settings(self) -> dict[str, str]:
+        return {"offline_fraction": repr(self._schedule), **super()._settings()}
+
     def _plan_mixing_state(self, state: dict[str, Any]) -> Plan:
         saved = state.get("fraction")
         if not isinstance(saved, dict):

@@ -20,16 +20,20 @@ pytestmark = pytest.mark.heavy
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
+#: the fields of a results file, in order (benchmarks/results.py writes them)
+FIELDS = ("benchmark", "command", "date", "machine", "versions", "settings", "rows", "notes")
 CURVES = ("batch", "capacity", "rowsize", "memory")
 
 
-def run_bench(script: str, *args: str, tmp: Path) -> str:
-    """Run ``benchmarks/<script>`` with ``args``; its stdout. Temp files go under ``tmp``."""
+def run_bench(script: str, *args: str, tmp: Path, results: Path | None = None) -> str:
+    """Run ``benchmarks/<script>`` with ``args``; its stdout. Temp files go under ``tmp``, its
+    results file into ``results`` (default ``tmp/results``), never over benchmarks/results/."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         "TMPDIR": str(tmp),
         "OMP_NUM_THREADS": "1",
+        "MIXREPLAY_RESULTS_DIR": str(results or tmp / "results"),
     }
     out = subprocess.run(
         [sys.executable, str(BENCH / script), *args],
@@ -105,8 +109,14 @@ def test_bench_curves_quick_draws_every_curve(tmp_path):
         assert table_rows(again, f"### curve {name}:") == table_rows(text, f"### curve {name}:")
 
 
+def _published() -> bytes | None:
+    path = BENCH / "results" / "bench_sampling.json"
+    return path.read_bytes() if path.exists() else None
+
+
 @pytest.mark.torchrl
 def test_bench_sampling_tiny(tmp_path):
+    published = _published()
     text = run_bench(
         "bench_sampling.py",
         "--rounds",
@@ -122,6 +132,19 @@ def test_bench_sampling_tiny(tmp_path):
         assert re.search(rf"^{re.escape(op)}\s+[\d.]+\s+[\d.]+\s+[\d.]+x", text, re.M), op
     for op in ("3-way mixture", "prioritized sample+update(256)", "slices sample(256"):
         assert op in text
+    # its results file: the shared format, each figure beside TorchRL's from the same run
+    saved = json.loads((tmp_path / "results" / "bench_sampling.json").read_text())
+    assert list(saved) == list(FIELDS)
+    assert saved["command"].startswith("python benchmarks/bench_sampling.py --rounds 1 ")
+    assert saved["settings"]["offline_rows"] == 2000
+    first = saved["rows"][0]
+    assert (first["name"], first["peer"], first["better"]) == (
+        "mixed sample(256)",
+        "torchrl",
+        "lower",
+    )
+    assert first["ratio"] == pytest.approx(first["peer_value"] / first["mixreplay"], rel=1e-3)
+    assert _published() == published  # the published results are left alone
     for B in (256, 1024):  # the floor of a batch whose leaves own their memory
         assert re.search(
             rf"^mixed sample\({B}\): the same torch work with each leaf copied out .* "
@@ -186,11 +209,17 @@ def test_bench_prefetch_tiny(tmp_path):
 
 @pytest.mark.ray
 @pytest.mark.torchrl  # its peer: TorchRL's RayReplayBuffer
-def test_bench_ray_quick():
+def test_bench_ray_quick(tmp_path):
     # Ray's socket paths must stay short: its temp dirs go under the session's short RAY_TMPDIR.
     text = run_bench(
-        "bench_ray.py", "--quick", "--seconds", "0.3", tmp=Path(os.environ["RAY_TMPDIR"])
+        "bench_ray.py",
+        "--quick",
+        "--seconds",
+        "0.3",
+        tmp=Path(os.environ["RAY_TMPDIR"]),
+        results=tmp_path,
     )
+    assert json.loads((tmp_path / "bench_ray.json").read_text())["rows"]
     assert "| mixreplay writer: w.add / w.extend (batched, in flight)" in text
     assert re.search(r"\| torchrl 0\.14 RayReplayBuffer \(blocking\)\s+\|\s+[\d,]+ \|", text)
     assert "| mixreplay rb.sample(256)" in text
@@ -298,7 +327,7 @@ def test_bench_program_buffer_tiny(tmp_path):
     assert result["benchmark"] == "bench_program_buffer"
     (row,) = result["rows"]
     assert row["peer"] == "torchrl" and row["mixreplay"] > 0 and row["peer_value"] > 0
-    assert set(result["versions"]) == {"python", "torch", "tensordict", "torchrl", "mixreplay"}
+    assert {"python", "torch", "tensordict", "torchrl", "mixreplay"} <= set(result["versions"])
 
 
 def test_bench_rate_limiter_tiny_writes_its_results(tmp_path):

@@ -156,12 +156,20 @@ def test_overwrite_never_replaces_what_is_not_a_dataset(minari_root, tmp_path, k
         (
             ["inspect", "d4rl:hopper-medium-v2", "--no-download"],
             DatasetNotFoundError,
-            r"^D4RL dataset 'hopper-medium-v2' not found .*Pass download=True",
+            # the command line's flag, not the loader's keyword download=True
+            r"^D4RL dataset 'hopper-medium-v2' not found .*Pass --download \(the default\) to",
         ),
         (
             ["convert", "minari:test/absent-v0", "out"],
             DatasetNotFoundError,
-            r"^Minari dataset 'test/absent-v0' not found",
+            r"^Minari dataset 'test/absent-v0' not found.* or pass --download to fetch it with "
+            r"Minari$",
+        ),
+        (
+            ["inspect", "minari:test/absent-v0"],
+            DatasetNotFoundError,
+            r"^Minari dataset 'test/absent-v0' not found.* or pass --download to fetch it with "
+            r"Minari$",
         ),
         (
             ["inspect", "memmap:/nonexistent/dir"],

@@ -8,6 +8,8 @@ import re
 import sys
 
 import pytest
+import torch
+from tensordict import TensorDict
 
 from mixreplay.cli import UsageError, main
 from mixreplay.demo.cli import DEPENDENCIES, QUICK, add_demo_parser, check_dependencies, run_demo
@@ -102,6 +104,54 @@ def test_a_missing_dataset_is_one_line(tmp_path, capsys):
     assert main([*argv, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert re.fullmatch(r"mixreplay: error: [^\n]*absent-v0[^\n]*\n", err)
+    # the demo has no --download: the message names the command that fetches it
+    assert err.endswith(
+        "or run `mixreplay inspect minari:mixreplay/absent-v0 --download` to fetch it with Minari\n"
+    )
+
+
+def test_a_dataset_of_another_environment_is_refused_before_training(tmp_path, monkeypatch, capsys):
+    """Pendulum's transitions given to the MountainCar demo: one line naming both
+    environments and their shapes, before any run starts and before --out is made."""
+    from tests.datasets.conftest import make_pendulum
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    make_pendulum("test/pendulum-v0")
+    runs = []
+    monkeypatch.setattr("mixreplay.demo.cli._run_jobs", lambda *a, **k: runs.append(a) or [])
+    out = tmp_path / "out"
+    argv = ["demo", "--quick", "--dataset", "minari:test/pendulum-v0", "--out", str(out)]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        "mixreplay: error: --dataset minari:test/pendulum-v0 is recorded in Pendulum-v1 "
+        "(observation [3], action [1]), but the demo runs MountainCarContinuous-v0 (observation "
+        "[2], action [1]): its transitions cannot mix with MountainCarContinuous-v0's; pass "
+        "--env Pendulum-v1 to train there, or give a dataset recorded in "
+        "MountainCarContinuous-v0\n"
+    )
+    assert runs == [] and not out.exists()
+
+
+def test_the_environment_check_reads_shapes_and_the_recorded_name(monkeypatch, caplog):
+    from mixreplay import Schema
+    from mixreplay.demo import cli as demo_cli
+
+    car = Schema.from_tensordict(
+        TensorDict(observation=torch.zeros(1, 2), action=torch.zeros(1, 1), batch_size=[1])
+    )
+    monkeypatch.setattr(demo_cli, "recorded_env", lambda dataset_id: None)
+    demo_cli.check_dataset_env("memmap:logs", car, "MountainCarContinuous-v0")  # shapes match
+    with pytest.raises(
+        UsageError,
+        match=r"is from another environment \(observation \[2\], "
+        r"action \[1\]\), but the demo runs Pendulum-v1 \(observation \[3\]",
+    ):
+        demo_cli.check_dataset_env("memmap:logs", car, "Pendulum-v1")
+    # recorded elsewhere with the same shapes: it runs, and the log says so
+    monkeypatch.setattr(demo_cli, "recorded_env", lambda dataset_id: "MyCar-v0")
+    with caplog.at_level("WARNING", logger="mixreplay.demo.cli"):
+        demo_cli.check_dataset_env("minari:me/car-v0", car, "MountainCarContinuous-v0")
+    assert "was recorded in MyCar-v0, but the demo runs MountainCarContinuous-v0" in caplog.text
 
 
 def test_bars_show_each_run_its_own_time():

@@ -30,12 +30,29 @@ OWN_RUNNERS = {
 }
 
 
+SETUP = "<!-- test-setup:"
+
+
 def blocks(path: pathlib.Path) -> list[tuple[str, str]]:
     """(language, code) of each fenced code block of a Markdown page, dedented (some sit in
-    list items). MyST directives (```{toctree}, ```{include}) are not code and are skipped."""
+    list items). MyST directives (```{toctree}, ```{include}) are not code and are skipped.
+
+    A comment ``<!-- test-setup: CODE -->`` right above a block (hidden on the page) is code
+    that runs before it: the names a short example takes as given (``dataset``)."""
     found, lines, i = [], path.read_text().splitlines(keepends=True), 0
+    setup = ""
     while i < len(lines):
         stripped = lines[i].lstrip(" ")
+        if stripped.startswith(SETUP):
+            j = i
+            while "-->" not in lines[j]:
+                j += 1
+            comment = "".join(lines[i : j + 1]).strip()
+            setup = textwrap.dedent(comment[len(SETUP) : -len("-->")]).strip() + "\n"
+            if not lines[j + 1].lstrip(" ").startswith("```python"):
+                raise AssertionError(f"{path.name}: line {i + 1}: a test-setup not above a block")
+            i = j + 1
+            continue
         if stripped.startswith("```"):
             info = stripped[3:].strip()
             j = i + 1
@@ -45,7 +62,8 @@ def blocks(path: pathlib.Path) -> list[tuple[str, str]]:
                 raise AssertionError(
                     f"{path.name}: a code fence opened on line {i + 1} never closes"
                 )
-            code = textwrap.dedent("".join(lines[i + 1 : j]))
+            code = setup + textwrap.dedent("".join(lines[i + 1 : j]))
+            setup = ""
             if not info.startswith("{"):
                 found.append((info.split()[0] if info else "", code))
             i = j + 1
@@ -104,6 +122,17 @@ def test_every_recipe_has_code_to_run():
     assert [p.stem for p in recipes] == ["gpu-learner", "gymnasium-loop", "own-dataset", "resume"]
     for path in recipes:
         assert any(lang == "python" for lang, _ in blocks(path)), path.name
+
+
+def test_a_test_setup_comment_runs_before_its_block_only(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- test-setup: a = 1\nb = 2 -->\n```python\nprint(a + b)\n```\n\n```python\nc = 3\n```\n"
+    )
+    assert blocks(page) == [("python", "a = 1\nb = 2\nprint(a + b)\n"), ("python", "c = 3\n")]
+    page.write_text("<!-- test-setup: a = 1 -->\n\ntext\n```python\nx\n```\n")
+    with pytest.raises(AssertionError, match="not above a block"):
+        blocks(page)
 
 
 def test_the_block_parser_skips_directives_and_sees_indented_blocks(tmp_path):

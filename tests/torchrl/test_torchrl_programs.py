@@ -51,7 +51,7 @@ def _param(name: str):
 @pytest.mark.parametrize("name", [_param(name) for name in PROGRAMS])
 def test_program_runs_on_mixreplay(name, reference, tmp_path):
     program = PROGRAMS[name]
-    torchrl = reference["programs"][name]
+    torchrl = reference["detail"]["programs"][name]
     if program.torchrl_blocked is None:
         assert torchrl["torchrl"][0]["status"] == "finished", "TorchRL's reference run failed"
     result = run(name, "mixreplay", seed=0, timeout=TIMEOUT_S, workdir=tmp_path)

@@ -688,7 +688,7 @@ def record(names: list[str], torchrl_runs: int, mixreplay_runs: int, timeout: fl
     them into :data:`RESULTS`; the time ratio comes from TorchRL's and mixreplay's seed-0 runs,
     made back to back."""
     data: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    programs = data.get("programs", {})
+    programs = data.get("detail", {}).get("programs", {})
     for name in names:
         program = PROGRAMS[name]
         entry = programs.get(name, {})
@@ -714,7 +714,7 @@ def record(names: list[str], torchrl_runs: int, mixreplay_runs: int, timeout: fl
                     flush=True,
                 )
         programs[name] = entry
-        data["programs"] = programs
+        data.setdefault("detail", {})["programs"] = programs
         _write(data)
 
 
@@ -722,7 +722,7 @@ def _write(data: dict[str, Any]) -> None:
     import datetime
 
     rows = []
-    for name, entry in data["programs"].items():
+    for name, entry in data["detail"]["programs"].items():
         theirs = [r for r in entry.get("torchrl", []) if r["status"] == "finished"]
         ours = [r for r in entry.get("mixreplay", []) if r["status"] == "finished"]
         if theirs and ours and theirs[0]["seed"] == ours[0]["seed"] == 0:
@@ -738,6 +738,8 @@ def _write(data: dict[str, Any]) -> None:
                     "better": "lower",
                 }
             )
+    detail = data.pop("detail")
+    data.clear()
     data.update(
         benchmark="torchrl_programs",
         command="python tests/torchrl/programs/run_program.py --record --torchrl-runs 3 --mixreplay-runs 1",
@@ -747,19 +749,20 @@ def _write(data: dict[str, Any]) -> None:
             "threads": "OMP_NUM_THREADS=1 per program process",
             "datasets": f"minari:{MINARI_ID}, d4rl:{D4RL_NAME} ({DATASET_EPISODES} random-policy "
             "Pendulum-v1 episodes of 200 steps)",
-            "per program": "its hydra overrides or tutorial substitutions, under programs.<name>.settings",
+            "per program": "its hydra overrides or tutorial substitutions, under detail.programs.<name>.settings",
         },
         rows=rows,
         notes=(
             "TorchRL's training programs (tests/torchrl/programs, copied from pytorch/rl at "
-            "ae9719f17) run with tiny settings, the same on both targets, each in its own "
+            "the 0.14 release; the commit is in each copy's header) run with tiny settings, the same on both targets, each in its own "
             "process. ratio = TorchRL's run time / mixreplay's (seed 0 of each, run back to "
             "back); run time is the program's own, from its import to its end. Programs whose "
             "torchrl_blocked is set cannot run on TorchRL here (the reason is given); "
-            "programs.<name>.torchrl holds TorchRL's figures over several seeds, from which the "
+            "detail.programs.<name>.torchrl holds TorchRL's figures over several seeds, from which the "
             "CI test's expected ranges come (expected_range in run_program.py)."
         ),
     )
+    data["detail"] = detail
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(data, indent=1) + "\n")
 
@@ -779,7 +782,7 @@ def expected_range(
     """
     if data is None:
         data = json.loads(RESULTS.read_text())
-    runs = data["programs"][name]["torchrl"]
+    runs = data["detail"]["programs"][name]["torchrl"]
     values = [r["last"].get(metric) for r in runs if r["status"] == "finished"]
     values = [v for v in values if isinstance(v, (int, float))]
     if not values:
@@ -802,7 +805,7 @@ def table(data: dict[str, Any] | None = None) -> str:
         "| program | TorchRL here | mixreplay | run time TorchRL / mixreplay (s) | ratio |",
         "|---|---|---|---:|---:|",
     ]
-    for name, entry in data["programs"].items():
+    for name, entry in data["detail"]["programs"].items():
         theirs, ours = entry.get("torchrl", []), entry.get("mixreplay", [])
         t = theirs[0] if theirs else None
         m = ours[0] if ours else None

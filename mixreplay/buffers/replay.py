@@ -669,7 +669,8 @@ class ReplayBuffer(BufferBase[Sampled]):
             return Sampled(batch, None)
         leaves = {"index": index}
         if weight is not None:  # "priority_weight": TorchRL's name for the same weights
-            leaves.update(weight=weight, priority_weight=weight)
+            # two tensors: normalizing one in place must leave the other as drawn
+            leaves.update(weight=weight, priority_weight=weight.clone())
         out = new_tensordict(leaves, torch.Size([index.numel()]))
         for key, value in (extra or {}).items():  # a sampler's own entries (TorchRL's slices)
             out.set(key, value)

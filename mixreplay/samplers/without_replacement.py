@@ -110,7 +110,8 @@ class SamplerWithoutReplacement(Sampler):
             # restored from a checkpoint (saved on the host): the epoch's order moves, once, to
             # where this buffer draws, so its indices never cross devices per batch
             self._order = self._order.to(generator.device)
-        index = self._order[self._pos : self._pos + n]
+        # a copy: the caller owns its index (an in-place edit must not rewrite the epoch)
+        index = self._order[self._pos : self._pos + n].clone()
         self._pos += index.numel()
         left = self._len - self._pos
         self.ran_out = left == 0 or (self.drop_last and left < n)

@@ -482,3 +482,53 @@ def test_info_shares_no_memory_with_the_batch_and_routes_updates_as_drawn(kind, 
         assert torch.equal(prio.tree.leaves[:100] != before[:100], expected_changed)
     finally:
         rb.close()
+
+
+@pytest.mark.parametrize("prefetch", [None, 2])
+def test_info_shares_no_memory_with_the_sampler_or_itself(prefetch):
+    """The info is the caller's: an in-place edit of ``info["index"]`` (a shift some loops do)
+    leaves a without-replacement epoch a permutation that checkpoints, and normalizing
+    ``info["weight"]`` in place leaves TorchRL's ``info["priority_weight"]`` as drawn."""
+    from mixreplay import SamplerWithoutReplacement
+
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(40),
+        sampler=SamplerWithoutReplacement(),
+        batch_size=8,
+        generator=0,
+        prefetch=prefetch,
+    )
+    rb.extend(rows(40))
+    try:
+        seen = []
+        for _ in range(3):  # mid-epoch, each batch's index scribbled over after the draw
+            batch, info = rb.sample(return_info=True)
+            seen.append(info["index"].clone())
+            info["index"].fill_(3)
+        fresh = ReplayBuffer(
+            storage=LazyTensorStorage(40), sampler=SamplerWithoutReplacement(), batch_size=8
+        )
+        fresh.load_state_dict(rb.state_dict())  # the saved epoch is still a permutation
+        for _ in range(2):  # the rest of the epoch, from the restored copy
+            seen.append(fresh.sample(return_info=True)[1]["index"])
+        assert torch.equal(torch.cat(seen).sort().values, torch.arange(40))
+    finally:
+        rb.close()
+
+    prb = ReplayBuffer(
+        storage=LazyTensorStorage(40),
+        sampler=PrioritizedSampler(40, alpha=1.0, beta=1.0),
+        batch_size=8,
+        generator=0,
+        prefetch=prefetch,
+    )
+    prb.extend(rows(40))
+    prb.update_priority(torch.arange(40), torch.arange(40.0) + 1)
+    try:
+        _, info = prb.sample(return_info=True)
+        drawn = info["priority_weight"].clone()
+        info["weight"].div_(info["weight"].max()).mul_(0)  # normalized in place, then zeroed
+        assert torch.equal(info["priority_weight"], drawn)
+        assert not _storages(info["weight"]) & _storages(info["priority_weight"])
+    finally:
+        prb.close()

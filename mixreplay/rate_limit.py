@@ -615,13 +615,17 @@ class RateGate:
             self._pending_inserts += k
         return k
 
-    def commit_insert(self, k: int, size: int, rows: int) -> None:
+    def commit_insert(self, k: int, size: int, rows: int, grown: bool = False) -> None:
         """``k`` reserved rows went in as ``rows`` rows (fewer if a write-side transform
-        dropped some); the buffer now holds ``size`` online rows."""
+        dropped some); the buffer now holds ``size`` online rows (``grown``: ``size`` more).
+
+        A buffer of several sources passes ``grown``, read under the written source's
+        lock: a total read there could count another source's rows before their insert.
+        """
         with self._cond:
             self._pending_inserts -= k
             self._inserts += rows
-            self._size = size
+            self._size = self._size + size if grown else size
             self._changed()
 
     def cancel_insert(self, k: int) -> None:
@@ -736,9 +740,9 @@ def write_limited(
 ) -> Any:
     """Write ``n`` rows in the parts the band allows.
 
-    ``write(a, b, commit)`` writes rows ``[a, b)`` and calls ``commit(size, rows)`` (the
-    online rows held after it, and how many rows it wrote) *under the lock that guards
-    the rows*, so that a checkpoint never holds rows without their count; it returns the
+    ``write(a, b, commit)`` writes rows ``[a, b)`` and calls ``commit(size, rows[, grown])``
+    (the online rows held after it, or with ``grown`` how many more; how many rows it
+    wrote) *under the lock that guards the rows*, so that a checkpoint never holds rows without their count; it returns the
     slots written. Reserved rows it does not commit (a failed write) are given back.
     ``join`` makes one result of the parts' slots (also for the rows a timeout
     leaves written).
@@ -750,9 +754,9 @@ def write_limited(
         k = gate.reserve_insert(n - a, deadline, timeout, a, lambda: join(parts))
         committed = False
 
-        def commit(size: int, rows: int, k: int = k) -> None:
+        def commit(size: int, rows: int, grown: bool = False, k: int = k) -> None:
             nonlocal committed
-            gate.commit_insert(k, size, rows)
+            gate.commit_insert(k, size, rows, grown)
             committed = True
 
         try:

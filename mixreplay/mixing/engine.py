@@ -217,8 +217,10 @@ class MixingBuffer(BufferBase[MixedDraw]):
             index = src.extend(
                 data if b - a == n else data[a:b],
                 check,
-                # under the source's lock: a checkpoint holds the rows and their count
-                lambda index: commit(self._online_rows(), len(index)),
+                # under the source's lock: a checkpoint holds the rows and their count. The
+                # size moves by what this source grew: another source's rows, written
+                # meanwhile under its own lock, are not counted before their own commit
+                lambda index, grown: commit(grown, len(index), True),
             )
             if first:  # a source's first rows may give batches their layout: plan again
                 self._plan = None

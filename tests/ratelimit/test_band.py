@@ -190,3 +190,40 @@ def test_the_ratio_over_a_long_run_is_the_one_set():
     i, s = run_interleaving("offline_to_online", 32.0, 20, 1.0, 8, 2, 1500, 3, None)
     # |error| is bounded by the band, so samples/inserts -> samples_per_insert
     assert s / i == pytest.approx(32.0, rel=(32.0 * 20 + (32 + 8) / 2 + 8) / (32.0 * 1500))
+
+
+def test_a_mixture_never_counts_rows_before_their_insert():
+    """Two collectors write two sources under two locks: the size the limiter holds is never
+    ahead of the inserts it counted (with room left, every row inserted is one row held), so
+    ``min_size_to_sample`` is never reached early."""
+    ahead: list[tuple[int, int]] = []
+    for trial in range(8):
+        rb = MixtureReplayBuffer(
+            {"a": LazyTensorStorage(1000), "b": LazyTensorStorage(1000)},
+            {"a": 1.0, "b": 1.0},
+            batch_size=4,
+            generator=trial,
+            rate_limiter=SampleToInsertRatio(1.0, 1, 1e9),  # never blocks: only counts
+        )
+        done = threading.Event()
+
+        def monitor(rb=rb, done=done) -> None:
+            while not done.is_set():
+                i, _, n = rb.rate_limiter_counts
+                if n > i:
+                    ahead.append((i, n))
+
+        def writer(name: str, rb=rb) -> None:
+            for k in range(300):
+                rb.extend(rows(1, k), source=name, timeout=CALL_TIMEOUT)
+
+        mon = threading.Thread(target=monitor, daemon=True)
+        mon.start()
+        try:
+            run_threads(lambda: writer("a"), lambda: writer("b"), timeout=120, release=rb.close)
+        finally:
+            done.set()
+            mon.join(10)
+            rb.close()
+        assert tuple(rb.rate_limiter_counts) == (600, 0, 600)
+    assert ahead == []

@@ -151,9 +151,9 @@ def test_a_write_is_counted_under_the_lock_that_guards_its_rows(kind, monkeypatc
     held = []
     commit = RateGate.commit_insert
 
-    def checked(self, k, size, rows):
+    def checked(self, *args):
         held.append(online.lock._is_owned())
-        return commit(self, k, size, rows)
+        return commit(self, *args)
 
     monkeypatch.setattr(RateGate, "commit_insert", checked)
     write(rb, rows(3))

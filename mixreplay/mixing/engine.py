@@ -21,7 +21,13 @@ from tensordict import TensorDict, TensorDictBase
 
 from mixreplay._state import Plan
 from mixreplay.buffers.base import BufferBase
-from mixreplay.errors import CheckpointError, EmptyBufferError, PriorityError, SchemaMismatchError
+from mixreplay.errors import (
+    CheckpointError,
+    EmptyBufferError,
+    MixreplayError,
+    PriorityError,
+    SchemaMismatchError,
+)
 from mixreplay.layout import new_tensordict
 from mixreplay.mixing.plan import SCHEMA_FIX, DrawPlan, Notes
 from mixreplay.mixing.source import MixSource
@@ -427,13 +433,17 @@ class MixingBuffer(BufferBase[MixedDraw]):
         counts = self._counts(B)
         info = notes is not None
         if plan.may_fail:
-            # a source's own draw (its transforms) may fail after the generator moved: the
-            # batch's draws are undone, so a retry draws the same
+            # a source's own draw (its transforms) may fail after the generator moved. A
+            # refusal of mixreplay's (rows that do not mix, a source emptied meanwhile) or an
+            # interrupt undoes the batch's draws, so the buffer is as it was; an error of the
+            # user's code on the rows drawn moves on, as ReplayBuffer does: a retry draws
+            # other rows, so one bad row never fails every later batch
             snapshot = self._draw_snapshot()
             try:
                 batch, indices = plan.draw(counts, self._generator, self._generator_for, notes)
-            except BaseException:
-                self._restore_draws(snapshot)
+            except BaseException as err:
+                if not isinstance(err, Exception) or isinstance(err, MixreplayError):
+                    self._restore_draws(snapshot)
                 raise
         else:
             batch, indices = plan.draw(counts, self._generator, self._generator_for, notes)

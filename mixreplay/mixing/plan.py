@@ -31,7 +31,7 @@ import torch
 from tensordict import TensorDictBase
 
 from mixreplay.buffers.replay import Drawer
-from mixreplay.errors import SchemaMismatchError
+from mixreplay.errors import DataStructureError, SchemaMismatchError
 from mixreplay.layout import PackedRows, RowLayout
 from mixreplay.mixing.source import MixSource, strip_bookkeeping
 from mixreplay.schema import BOOKKEEPING_KEYS
@@ -223,7 +223,7 @@ class DrawPlan:
         drawn = self._sources[i].draw(n, generator)
         rows = drawn.rows
         if rows.batch_size != (n,):  # the batch would hold rows of uninitialised memory
-            raise ValueError(
+            raise DataStructureError(
                 f"source {self._names[i]!r} gave {_rows(rows)} for the {n} rows drawn from "
                 "it: a source's transforms must keep one row per row (batch_size "
                 f"[{n}]); filter or reshape rows in the mixing buffer's own transform "

@@ -191,13 +191,18 @@ class MixingBuffer(BufferBase[MixedDraw]):
         check_rows(data)  # mixed batches are TensorDicts: the other data types are ReplayBuffer's
 
         def check(rows: TensorDictBase) -> None:
-            if src.stored_schema is not None:  # the storage checks later rows against it
-                return
-            if not isinstance(rows, TensorDictBase) or rows.batch_dims < 1:
+            if not isinstance(rows, TensorDictBase) or rows.batch_dims != 1:
+                what = type(rows).__name__
+                if isinstance(rows, TensorDictBase):
+                    what += f" of batch_size {list(rows.batch_size)}"
                 raise TypeError(
                     f"source {self._names[target]!r}: its write-side transforms turned the rows "
-                    f"into {type(rows).__name__}; a mixing buffer stores TensorDict rows [n]"
+                    f"into a {what}; a mixing buffer stores TensorDict rows [n] (one batch "
+                    "dim): keep the transform's output [n], e.g. reshape(-1) or squeeze the "
+                    "extra dim"
                 )
+            if src.stored_schema is not None:  # the storage checks later rows against it
+                return
             self._check_schemas(src.incoming_schema(rows), target)
 
         if self._gate is not None:  # rate limiter: in the parts its band allows

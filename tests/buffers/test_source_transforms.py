@@ -273,3 +273,28 @@ def test_a_source_transform_failing_on_one_row_fails_only_the_batches_holding_it
         assert 1 <= failed <= 30 and longest <= 4, (failed, longest)
     finally:
         rb.close()
+
+
+@pytest.mark.parametrize("kind", ["offline-to-online", "mixture"])
+@pytest.mark.parametrize("first", [True, False])
+def test_a_write_side_transform_that_adds_a_batch_dim_is_refused_at_extend(kind, first):
+    """Rows [n, 1] are not rows [n]: refused by the extend that writes them, before or after the
+    source holds rows, with nothing written (they used to be stored, and every later
+    sample() raised SchemaMismatchError)."""
+    offline = OfflineDataset.from_tensordict(ted_rows(20, tag=-1.0))
+    if kind == "mixture":
+        online = ReplayBuffer(storage=LazyTensorStorage(10))
+        rb = MixtureReplayBuffer({"off": offline, "on": online}, {"off": 1, "on": 1}, generator=0)
+        extend = lambda td: rb.extend(td, source="on")  # noqa: E731
+    else:
+        rb = OfflineToOnlineReplayBuffer(offline, online_capacity=10, generator=0)
+        online = rb.online_buffer
+        extend = rb.extend
+    held = 0 if first else 3
+    if held:
+        extend(ted_rows(held))
+    online.append_transform(write_side(lambda td: td.unsqueeze(-1)), invert=True)
+    with pytest.raises(TypeError, match=r"batch_size \[4, 1\]; a mixing buffer stores TensorDict"):
+        extend(ted_rows(4))
+    assert len(online) == held and rb.write_count == held
+    assert rb.sample(6).batch_size == (6,)

@@ -50,6 +50,11 @@ README_ROWS: list[tuple[str, str, str]] = [
         "bench_sac_step",
         "buffer work per SAC step: extend(1) + sample(256)",
     ),
+    (
+        "TorchRL's `sac` program, import changed: its buffer's work per step",
+        "bench_program_buffer_tensor",
+        "sac's buffer work per step (tensor storage)",
+    ),
 ]
 README_MAX_ROWS = 6
 PEER_NAMES = {"torchrl": "TorchRL", "torchrl ReplayBuffer": "TorchRL"}

@@ -504,7 +504,7 @@ class ReplayBuffer(BufferBase[Sampled]):
         self,
         data: Any,
         timeout: float | None = None,
-        written: Callable[[torch.Tensor], None] | None = None,
+        written: Callable[[torch.Tensor, int], None] | None = None,
     ) -> torch.Tensor:
         storage = self._storage
         if storage.holds_items:  # items are stored as they are: no rows, no codec

@@ -33,7 +33,7 @@ from mixreplay.mixing.plan import SCHEMA_FIX, DrawPlan, Notes
 from mixreplay.mixing.source import MixSource
 from mixreplay.rate_limit import check_timeout, make_gate, write_limited
 from mixreplay.samplers.base import MASK_KEY
-from mixreplay.schema import NestedKey, Schema, format_key, normalize_key
+from mixreplay.schema import BOOKKEEPING_KEYS, NestedKey, Schema, format_key, normalize_key
 from mixreplay.storages.base import check_rows
 from mixreplay.transforms import Transform
 
@@ -82,6 +82,14 @@ class MixingBuffer(BufferBase[MixedDraw]):
             self._source_key = None if source_key is None else normalize_key(source_key)
         except TypeError as err:
             raise TypeError(f"source_key: {err}") from None
+        key = self._source_key
+        if key is not None and ("" in key or key in BOOKKEEPING_KEYS or key == MASK_KEY):
+            raise ValueError(
+                f"source_key={format_key(key)} is not a key for the source labels: an empty name, "
+                "or a name of the samplers' bookkeeping ('index', '_weight', 'priority_weight', "
+                "'td_error', ('collector', 'mask')) would be dropped or overwritten; choose a "
+                "plain key, e.g. source_key='source'"
+            )
         self._plan: DrawPlan | None = None  # how batches are drawn (made on first use)
         self._unit_size: int | None = None  # rows per sampling unit, once known
         self._distinct: tuple[int, ...] = ()
@@ -262,9 +270,12 @@ class MixingBuffer(BufferBase[MixedDraw]):
         (or it is gone: a source's first rows, a restored state)."""
         plan, stamp = self._plan, self._sources_stamp()
         if plan is None or plan.stamp != stamp or plan.layout is None:
-            plan = self._plan = DrawPlan(
+            plan = DrawPlan(
                 self._sources, self._names, self._batch_device, stamp, packed=self._draw_packed
             )
+            if plan.layout is not None:  # rows after the sources' transforms hold no label key
+                self._check_source_key(plan.layout.schema)
+            self._plan = plan
         return plan
 
     # -- sampling --------------------------------------------------------------------------
@@ -547,6 +558,19 @@ class MixingBuffer(BufferBase[MixedDraw]):
                 "priority per sampled row"
             )
         source, index = info["source"], info["index"]
+        if source.is_floating_point() or source.is_complex() or source.dtype == torch.bool:
+            raise TypeError(
+                f"info['source'] must hold integer source labels, got dtype {source.dtype}; pass "
+                "the info that sample(..., return_info=True) returned, unchanged"
+            )
+        if source.numel() and not bool(((source >= 0) & (source < len(self._sources))).all()):
+            row = int(((source < 0) | (source >= len(self._sources))).nonzero()[0, 0])
+            raise ValueError(
+                f"info['source'] holds label {int(source.reshape(-1)[row])} at row {row} of the "
+                f"batch, but this buffer has {len(self._sources)} sources (labels 0.."
+                f"{len(self._sources) - 1}: {', '.join(map(repr, self._names))}); pass the info "
+                "of a batch this buffer drew, unchanged"
+            )
         updates = []
         for i, src in enumerate(self._sources):
             if not src.prioritized:

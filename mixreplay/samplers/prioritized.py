@@ -21,6 +21,7 @@ __all__ = ["PrioritizedSampler"]
 _UNSET: Any = object()
 _DBL_MAX = torch.finfo(torch.float64).max
 _TINY = 5e-324  # the smallest positive float64: a clamp to [_TINY, largest] moves 0 and NaN
+_TINY32 = torch.finfo(torch.float32).tiny  # the smallest normal positive float32
 
 #: TorchRL 0.14 PrioritizedSampler arguments mixreplay has no use for
 _TORCHRL: Table = {
@@ -597,7 +598,9 @@ class PrioritizedSampler(Sampler):
         w = torch.div(tree.min_tensor(), p)
         if self._beta != 1.0:
             w = w.pow_(self._beta)
-        return w.to(torch.float32)
+        # a row ~1e38 times likelier than the rarest one would underflow to a weight of 0,
+        # which zeroes its loss: the smallest float32 above 0 keeps weights in (0, 1]
+        return w.to(torch.float32).clamp_(min=_TINY32)
 
     # -- priorities ------------------------------------------------------------------------
 

@@ -961,3 +961,26 @@ def test_the_info_holds_the_weights_under_torchrls_name_too():
     plain = ReplayBuffer(storage=LazyTensorStorage(4), generator=0)
     plain.extend(rows(4))
     assert set(plain.sample(2, return_info=True)[1].keys()) == {"index"}
+
+
+@pytest.mark.parametrize(
+    "priorities",
+    [
+        [1e-30] * 32 + [1e30] * 32,  # likelier by 1e60: the ratio underflows float32
+        [0.0] * 32 + [1.0] * 32,  # zero priorities with a tiny eps (1e-300 after alpha)
+    ],
+)
+def test_weights_stay_above_zero_however_far_apart_the_priorities(priorities):
+    """A weight of 0 would zero that row's loss: weights are in (0, 1] at any spread."""
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(64),
+        sampler=PrioritizedSampler(alpha=1.0, beta=1.0, eps=1e-300),
+        batch_size=64,
+        generator=0,
+    )
+    rb.extend(rows(64))
+    rb.update_priority(torch.arange(64), torch.tensor(priorities, dtype=torch.float64))
+    for _ in range(5):
+        _, info = rb.sample(return_info=True)
+        w = info["weight"]
+        assert bool((w > 0).all()) and bool((w <= 1).all()), w

@@ -496,11 +496,14 @@ class RateGate:
     at every instant. A call that fails gives its pending rows back.
     """
 
-    def __init__(self, limiter: RateLimiter, *, size: int = 0):
+    def __init__(self, limiter: RateLimiter, *, size: int | Sequence[int] = 0):
         self.limiter = limiter
         self._cond = threading.Condition(threading.Lock())
-        self._inserts, self._samples = limiter.centre(size)
-        self._size = size
+        #: the online rows held by each written storage (a buffer of several sources)
+        self._parts: list[int] | None = None
+        self._size = 0
+        self._set_size(size)
+        self._inserts, self._samples = limiter.centre(self._size)
         self._pending_inserts = 0
         self._pending_samples = 0
         self._closed = False
@@ -615,17 +618,24 @@ class RateGate:
             self._pending_inserts += k
         return k
 
-    def commit_insert(self, k: int, size: int, rows: int, grown: bool = False) -> None:
+    def commit_insert(self, k: int, size: int, rows: int, part: int | None = None) -> None:
         """``k`` reserved rows went in as ``rows`` rows (fewer if a write-side transform
-        dropped some); the buffer now holds ``size`` online rows (``grown``: ``size`` more).
+        dropped some); the buffer now holds ``size`` online rows, or, for a buffer of
+        several written storages, storage ``part`` holds ``size``.
 
-        A buffer of several sources passes ``grown``, read under the written source's
-        lock: a total read there could count another source's rows before their insert.
+        A buffer of several storages passes ``part`` and that storage's size, read under
+        its lock: a total read there could count rows another collector has just written
+        to another storage before their own insert is counted.
         """
         with self._cond:
             self._pending_inserts -= k
             self._inserts += rows
-            self._size = self._size + size if grown else size
+            if part is None:
+                self._size = size
+            else:
+                assert self._parts is not None
+                self._parts[part] = size
+                self._size = sum(self._parts)
             self._changed()
 
     def cancel_insert(self, k: int) -> None:
@@ -650,11 +660,19 @@ class RateGate:
     def closed(self) -> bool:
         return self._closed
 
-    def reset(self, size: int) -> None:
+    def _set_size(self, size: int | Sequence[int]) -> None:
+        """The online rows held: a total, or one count per written storage."""
+        if isinstance(size, int):
+            self._size = size
+        else:
+            self._parts = list(size)
+            self._size = sum(self._parts)
+
+    def reset(self, size: int | Sequence[int]) -> None:
         """Start counting again (the buffer was emptied, or now holds ``size`` rows)."""
         with self._cond:
-            self._inserts, self._samples = self.limiter.centre(size)
-            self._size = size
+            self._set_size(size)
+            self._inserts, self._samples = self.limiter.centre(self._size)
             self._cond.notify_all()
 
     def state_dict(self) -> dict[str, Any]:
@@ -665,18 +683,18 @@ class RateGate:
                 "samples": self._samples,
             }
 
-    def plan_load(self, saved: Any, size: Callable[[], int]) -> Plan:
+    def plan_load(self, saved: Any, size: Callable[[], int | Sequence[int]]) -> Plan:
         """Check the saved counts; return what restores them (``size()``: rows held after the load)."""
         if saved is None:
 
             def centre() -> None:
-                n = size()
+                n = _total(size())
                 log.info(
                     "the state holds no rate-limiter counts (saved without a limiter, or by an "
                     "earlier version): counting starts as a run at the ratio holding %d rows",
                     n,
                 )
-                self.reset(n)
+                self.reset(size())
 
             return centre
         if not isinstance(saved, dict):
@@ -696,7 +714,7 @@ class RateGate:
         if limiter != self.limiter:
 
             def rebase() -> None:
-                n = size()
+                n = _total(size())
                 log.warning(
                     "the state's rate limiter is %r, this buffer's %r: counting starts again "
                     "at this buffer's ratio, as a run at that ratio holding %d rows",
@@ -704,14 +722,14 @@ class RateGate:
                     self.limiter,
                     n,
                 )
-                self.reset(n)
+                self.reset(size())
 
             return rebase
 
         def apply() -> None:
             with self._cond:
                 self._inserts, self._samples = counts
-                self._size = size()
+                self._set_size(size())
                 self._cond.notify_all()
 
         return apply
@@ -740,9 +758,9 @@ def write_limited(
 ) -> Any:
     """Write ``n`` rows in the parts the band allows.
 
-    ``write(a, b, commit)`` writes rows ``[a, b)`` and calls ``commit(size, rows[, grown])``
-    (the online rows held after it, or with ``grown`` how many more; how many rows it
-    wrote) *under the lock that guards the rows*, so that a checkpoint never holds rows without their count; it returns the
+    ``write(a, b, commit)`` writes rows ``[a, b)`` and calls ``commit(size, rows[, part])``
+    (the online rows held after it, or held by storage ``part``; how many rows it wrote)
+    *under the lock that guards the rows*, so that a checkpoint never holds rows without their count; it returns the
     slots written. Reserved rows it does not commit (a failed write) are given back.
     ``join`` makes one result of the parts' slots (also for the rows a timeout
     leaves written).
@@ -754,9 +772,9 @@ def write_limited(
         k = gate.reserve_insert(n - a, deadline, timeout, a, lambda: join(parts))
         committed = False
 
-        def commit(size: int, rows: int, grown: bool = False, k: int = k) -> None:
+        def commit(size: int, rows: int, part: int | None = None, k: int = k) -> None:
             nonlocal committed
-            gate.commit_insert(k, size, rows, grown)
+            gate.commit_insert(k, size, rows, part)
             committed = True
 
         try:
@@ -773,7 +791,7 @@ def make_gate(
     *,
     owner: str,
     capacity: int,
-    size: int,
+    size: int | Sequence[int],
     batch_size: int | None,
     sources: Sequence[tuple[str, RateLimiter | None]] = (),
 ) -> RateGate | None:
@@ -817,3 +835,7 @@ def make_gate(
     if batch_size is not None:
         limiter.check_batch(batch_size)
     return RateGate(limiter, size=size)
+
+
+def _total(size: int | Sequence[int]) -> int:
+    return size if isinstance(size, int) else sum(size)

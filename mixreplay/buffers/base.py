@@ -245,6 +245,11 @@ class BufferBase(Generic[R]):
         """Online rows held: what a rate limiter's ``min_size_to_sample`` counts."""
         raise NotImplementedError
 
+    def _rate_limited_rows(self) -> int | list[int]:
+        """:meth:`_online_rows` as the rate limiter keeps it (one count per written storage
+        where there are several)."""
+        return self._online_rows()
+
     # -- rate limiting (mixreplay.rate_limit) ----------------------------------------------
 
     @property
@@ -278,7 +283,7 @@ class BufferBase(Generic[R]):
             if "rate_limiter" in state:
                 log.info("the state's rate-limiter counts are not restored: no rate_limiter here")
             return lambda: None
-        return gate.plan_load(state.get("rate_limiter"), self._online_rows)
+        return gate.plan_load(state.get("rate_limiter"), self._rate_limited_rows)
 
     # -- sampling --------------------------------------------------------------------------
 

@@ -464,14 +464,14 @@ class ReplayBuffer(BufferBase[Sampled]):
         check: Callable[[Any], None] | None,
         *,
         timeout: float | None = None,
-        written: Callable[[torch.Tensor, int], None] | None = None,
+        written: Callable[[torch.Tensor], None] | None = None,
     ) -> torch.Tensor:
         """:meth:`extend`, calling ``check(rows)`` on the rows as they will be stored (after
         the write-side transforms) before anything is written; what ``check`` raises is
         raised, and nothing is written. A mixing buffer checks that its sources' rows mix
-        this way, on what its online side will really hold. ``written(index, grown)`` is
-        called under the storage's lock once the rows are in, ``grown`` being how many rows
-        the storage grew by (a mixing buffer's rate limiter counts them there)."""
+        this way, on what its online side will really hold. ``written(index)`` is called
+        under the storage's lock once the rows are in (a mixing buffer's rate limiter
+        counts them there)."""
         if self._transform.writes:
             data = self._transform.inv(data)
             if _no_rows(data):
@@ -504,7 +504,7 @@ class ReplayBuffer(BufferBase[Sampled]):
         self,
         data: Any,
         timeout: float | None = None,
-        written: Callable[[torch.Tensor, int], None] | None = None,
+        written: Callable[[torch.Tensor], None] | None = None,
     ) -> torch.Tensor:
         storage = self._storage
         if storage.holds_items:  # items are stored as they are: no rows, no codec
@@ -528,13 +528,12 @@ class ReplayBuffer(BufferBase[Sampled]):
             # One lock around the write and the sampler's bookkeeping: a concurrent sample or
             # priority update never sees rows its sampler has not been told about.
             with storage.lock:
-                held = len(storage)
                 index = storage.extend(rows)
                 if convert:
                     storage.codec = codec
                 self._sampler.on_extend(index, storage)
                 if written is not None:  # a mixing buffer's rate limiter counts the rows
-                    written(index, len(storage) - held)
+                    written(index)
         except RuntimeError as err:
             clear = data_types.explain_write_error(data, err)
             if clear is None:

@@ -121,7 +121,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
             rate_limiter,
             owner=type(self).__name__,
             capacity=sum(s.capacity for s in self._inserted_sources),
-            size=self._online_rows(),
+            size=self._rate_limited_rows(),
             batch_size=self._batch_size,
             sources=[
                 (name, s.obj.rate_limiter if isinstance(s.obj, BufferBase) else None)
@@ -135,6 +135,10 @@ class MixingBuffer(BufferBase[MixedDraw]):
 
     def _online_rows(self) -> int:
         return sum([len(s) for s in self._inserted_sources])
+
+    def _rate_limited_rows(self) -> list[int]:
+        # per written source: each one's count moves under its own lock, with its inserts
+        return [len(s) for s in self._inserted_sources]
 
     # -- subclass hooks --------------------------------------------------------------------
 
@@ -230,16 +234,18 @@ class MixingBuffer(BufferBase[MixedDraw]):
         assert self._gate is not None
         n = data.batch_size[0]
 
+        part = self._inserted_sources.index(src)
+
         def write(a: int, b: int, commit) -> torch.Tensor:
             first = len(src) == 0
             self._before_write()
             index = src.extend(
                 data if b - a == n else data[a:b],
                 check,
-                # under the source's lock: a checkpoint holds the rows and their count. The
-                # size moves by what this source grew: another source's rows, written
-                # meanwhile under its own lock, are not counted before their own commit
-                lambda index, grown: commit(grown, len(index), True),
+                # under the source's lock: a checkpoint holds the rows and their count; its
+                # own size only (another source's rows written meanwhile under that source's
+                # lock count with their own insert)
+                lambda index: commit(len(src), len(index), part),
             )
             if first:  # a source's first rows may give batches their layout: plan again
                 self._plan = None

@@ -238,14 +238,13 @@ class MixSource(abc.ABC):
         self,
         data: TensorDictBase,
         check: Callable[[TensorDictBase], None] | None = None,
-        written: Callable[[torch.Tensor, int], None] | None = None,
+        written: Callable[[torch.Tensor], None] | None = None,
     ) -> torch.Tensor:
         """Write rows; return where they went. ``check(rows)``, when given, is called on the
         rows as they will be stored (after any write-side transform), before anything is
-        written; what it raises is raised, with nothing written. ``written(index, grown)``,
-        when given, is called once the rows are in, under :meth:`lock`, ``grown`` being how
-        many rows the source grew by (a rate limiter counts them there, so that a checkpoint
-        holds rows and count together)."""
+        written; what it raises is raised, with nothing written. ``written(index)``, when
+        given, is called once the rows are in, under :meth:`lock` (a rate limiter counts
+        them there, so that a checkpoint holds rows and count together)."""
         raise ReadOnlyError(f"{self!r} is read-only")
 
     @abc.abstractmethod
@@ -423,7 +422,7 @@ class BufferSource(MixSource):
         self,
         data: TensorDictBase,
         check: Callable[[TensorDictBase], None] | None = None,
-        written: Callable[[torch.Tensor, int], None] | None = None,
+        written: Callable[[torch.Tensor], None] | None = None,
     ) -> torch.Tensor:
         return self.buffer.extend_checked(data, check, written=written)
 

@@ -227,3 +227,25 @@ def test_a_mixture_never_counts_rows_before_their_insert():
             rb.close()
         assert tuple(rb.rate_limiter_counts) == (600, 0, 600)
     assert ahead == []
+
+
+@pytest.mark.parametrize("kind", ["offline_to_online", "mixture"])
+def test_the_size_counted_is_the_rows_held_after_every_write(kind):
+    """Rows written to a source directly are not inserts, but once the buffer writes again the
+    size it counts is what its sources hold (a running sum of growths drifted), and a
+    checkpoint carries it over."""
+    limiter = SampleToInsertRatio(2.0, 3, 100)
+    rb = make(kind, limiter, 10, None, 4)
+    online = rb.online_buffer if kind == "offline_to_online" else rb.source("a")
+    extend(rb, kind, rows(5, 0), 0)
+    online.extend(rows(3, 50))  # behind the buffer's back: held, not an insert
+    extend(rb, kind, rows(8, 10), 0)
+    if kind == "mixture":
+        extend(rb, kind, rows(4, 30), 1)  # source "b"
+    held = [len(online)] + ([len(rb.source("b"))] if kind == "mixture" else [])
+    assert tuple(rb.rate_limiter_counts)[0::2] == (13 + 4 * (kind == "mixture"), sum(held))
+    twin = make(kind, limiter, 10, None, 4)
+    twin.load_state_dict(rb.state_dict())
+    assert twin.rate_limiter_counts == rb.rate_limiter_counts
+    rb.close()
+    twin.close()

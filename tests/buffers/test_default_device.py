@@ -1,4 +1,4 @@
-"""Review of the hot-path changes (host gather scratch, uniform drawer): torch's default
+"""The host gather scratch and the uniform drawer under torch's default
 device (``torch.set_default_device`` / ``with torch.device(...)``, common in GPU learners)
 must not move what the library allocates for host rows. ``meta`` stands in for ``cuda``
 here so the tests run on a CPU-only machine."""

@@ -1,4 +1,4 @@
-"""The hot path keeps a constant schedule's split between batches (issue 20 item 5): the kept
+"""The hot path keeps a constant schedule's split between batches: the kept
 counts are always those a fresh computation gives, whatever happened in between."""
 
 from __future__ import annotations

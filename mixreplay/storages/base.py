@@ -493,6 +493,30 @@ for _name, _way in UNSUPPORTED_STORAGE_METHODS.items():
     setattr(Storage, _name, _refused(_name, _way))
 
 
+class RingCounters:
+    """The counters of a storage written as a ring: :attr:`cursor` and :attr:`write_count`.
+
+    A mixin before :class:`Storage` in the bases; the storage keeps ``_cursor`` and
+    ``_write_count`` (plain attributes, or shared ones) and its :attr:`~Storage.lock`.
+    """
+
+    _cursor: int
+    _write_count: int
+    lock: Any
+
+    @property
+    def cursor(self) -> int:
+        return self._cursor
+
+    @property
+    def write_count(self) -> int:
+        return self._write_count
+
+    def reset_write_count(self) -> None:
+        with self.lock:
+            self._write_count = 0
+
+
 # -- the header of a saved ring storage ---------------------------------------------------------
 
 #: ``schema`` left out of a header (a storage whose state has no schema key)
@@ -584,8 +608,12 @@ class PackedStorage(Storage):
         cached = self._fingerprint
         if cached is None or cached[0] != key:
             with self.lock:
-                cached = self._fingerprint = (key, fingerprint_rows(self.rows))
+                cached = self._fingerprint = (key, self._rows_fingerprint())
         return cached[1]
+
+    def _rows_fingerprint(self) -> str:
+        """The fingerprint of the filled rows, computed (:attr:`fingerprint` caches it)."""
+        return fingerprint_rows(self.rows)
 
     @property
     def layout(self) -> RowLayout | None:

@@ -18,6 +18,7 @@ from mixreplay.data_types import codec_from_json
 from mixreplay.errors import CheckpointError, EmptyBufferError
 from mixreplay.schema import Schema
 from mixreplay.storages.base import (
+    RingCounters,
     Storage,
     check_ndim,
     check_rows,
@@ -35,7 +36,7 @@ def looks_like_storage(obj: Any) -> bool:
     )
 
 
-class ForeignStorage(Storage):
+class ForeignStorage(RingCounters, Storage):
     """A TorchRL ``Storage`` driven as a ring by mixreplay (our cursor, sampler and generator)."""
 
     def __init__(self, storage: Any):
@@ -49,14 +50,6 @@ class ForeignStorage(Storage):
 
     def __len__(self) -> int:
         return len(self.inner)
-
-    @property
-    def cursor(self) -> int:
-        return self._cursor
-
-    @property
-    def write_count(self) -> int:
-        return self._write_count
 
     @property
     def schema(self) -> Schema | None:
@@ -98,10 +91,6 @@ class ForeignStorage(Storage):
             self._empty_inner()
             self._cursor = 0
             self._bump_generation()
-
-    def reset_write_count(self) -> None:
-        with self.lock:
-            self._write_count = 0
 
     # -- state: the rows as columns, slot order ----------------------------------------------
 

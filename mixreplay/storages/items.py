@@ -37,7 +37,14 @@ from mixreplay._validate import check_int, describe
 from mixreplay.data_types import summarize
 from mixreplay.errors import CheckpointError, DataStructureError, EmptyBufferError
 from mixreplay.schema import NestedKey, Schema, format_key, normalize_key
-from mixreplay.storages.base import Storage, as_device, as_index, check_saved_header, saved_header
+from mixreplay.storages.base import (
+    RingCounters,
+    Storage,
+    as_device,
+    as_index,
+    check_saved_header,
+    saved_header,
+)
 
 __all__ = ["UNBOUNDED", "LazyStackStorage", "ListStorage"]
 
@@ -174,7 +181,7 @@ def _decode_item(saved: Any, slot: int) -> Any:
     raise bad(f"has the fields {sorted(saved)}, not an encoded item")
 
 
-class ListStorage(Storage):
+class ListStorage(RingCounters, Storage):
     """Items of any type in a ring of Python slots (TorchRL's ``ListStorage``).
 
     The storage of TorchRL's buffers without a storage argument: each slot holds one
@@ -242,14 +249,6 @@ class ListStorage(Storage):
 
     def __len__(self) -> int:
         return len(self._items)
-
-    @property
-    def cursor(self) -> int:
-        return self._cursor
-
-    @property
-    def write_count(self) -> int:
-        return self._write_count
 
     @property
     def bounded(self) -> bool:
@@ -432,10 +431,6 @@ class ListStorage(Storage):
             self._items = []
             self._cursor = 0
             self._bump_generation()
-
-    def reset_write_count(self) -> None:
-        with self.lock:
-            self._write_count = 0
 
     def contains(self, item: Any) -> Any:
         """Whether ``item`` (an int, or a tensor of ints) names slots that hold an item."""

@@ -36,6 +36,7 @@ from mixreplay.schema import Schema, check_dense
 from mixreplay.storages import _hugepages
 from mixreplay.storages.base import (
     PackedStorage,
+    RingCounters,
     as_device,
     check_ndim,
     check_rows,
@@ -182,7 +183,7 @@ def _slots(cursor: Any, max_size: int) -> tuple[torch.Tensor, bool]:
     return index, single
 
 
-class TensorStorage(PackedStorage):
+class TensorStorage(RingCounters, PackedStorage):
     """A fixed-capacity ring of packed rows, allocated on the first write.
 
     The first ``extend`` fixes the schema (keys, per-row shapes, dtypes); later
@@ -271,14 +272,6 @@ class TensorStorage(PackedStorage):
 
     def __len__(self) -> int:
         return self._len
-
-    @property
-    def cursor(self) -> int:
-        return self._cursor
-
-    @property
-    def write_count(self) -> int:
-        return self._write_count
 
     @property
     def nbytes(self) -> int:
@@ -486,10 +479,6 @@ class TensorStorage(PackedStorage):
         with self.lock:
             self._cursor = self._len = 0
             self._bump_generation()
-
-    def reset_write_count(self) -> None:
-        with self.lock:
-            self._write_count = 0
 
     # -- state ---------------------------------------------------------------------------
 

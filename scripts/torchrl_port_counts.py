@@ -3,9 +3,9 @@
 Run the port on each target with a JUnit report, then compare them::
 
     MIXREPLAY_TORCHRL_TARGET=torchrl python -m pytest tests/torchrl/rb \\
-        --ignore tests/torchrl/rb/test_dropin_fixes.py --junitxml out/torchrl.xml
+        --ignore tests/torchrl/rb/test_writers_and_transforms.py --junitxml out/torchrl.xml
     python -m pytest tests/torchrl/rb \\
-        --ignore tests/torchrl/rb/test_dropin_fixes.py --junitxml out/mixreplay.xml
+        --ignore tests/torchrl/rb/test_writers_and_transforms.py --junitxml out/mixreplay.xml
     python scripts/torchrl_port_counts.py out/torchrl.xml out/mixreplay.xml
 
 A test function is TorchRL's ``def test_*`` (every parameter set together); a tutorial cell
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     ref_bad: set[tuple[str, str]] = set()
     for node, outcome in ref.items():
         key = _function(node)
-        if key[0] == "test_dropin_fixes":  # mixreplay's own tests in the same folder
+        if key[0] == "test_writers_and_transforms":  # mixreplay's own tests in the same folder
             continue
         if outcome == "passed":
             ref_ok[key].append(node)

@@ -1,6 +1,6 @@
-"""Helpers shared by the test modules: TED rows tagged by source, rows that encode their id, state
-comparisons, Hopper-shaped rows, the online ring of a Ray-hosted buffer, and threads run under a
-watchdog.
+"""Helpers shared by the test modules: TED rows tagged by source, rows that encode their id, the
+row builders (counted, filled, seeded, of mixed dtypes), state comparisons, Hopper-shaped rows,
+the online ring of a Ray-hosted buffer, and threads run under a watchdog.
 
 The one helpers module of the suite (fixtures live in the ``conftest.py`` files). The Ray tests
 register it with ``ray.cloudpickle.register_pickle_by_value`` so that workers, which cannot
@@ -67,6 +67,51 @@ def id_rows(start: int, n: int) -> TensorDict:
                 "done": end.clone(),
                 "terminated": end.clone(),
                 "truncated": torch.zeros(n, 1, dtype=torch.bool),
+            },
+        },
+        batch_size=[n],
+    )
+
+
+def counted_rows(
+    n: int, start: int = 0, *, dtype: torch.dtype = torch.int64, key: str = "x"
+) -> TensorDict:
+    """``n`` rows of one leaf ``key`` that counts ``start, start + 1, ...`` (the write order)."""
+    return TensorDict({key: torch.arange(start, start + n, dtype=dtype)}, [n])
+
+
+def filled_rows(n: int, value: float, *, key: str = "x", width: int = 1) -> TensorDict:
+    """``n`` rows of one float leaf ``key`` ``[width]`` that holds ``value`` (source *i* holds *i*)."""
+    return TensorDict({key: torch.full((n, width), value)}, [n])
+
+
+def random_rows(n: int, seed: int = 0) -> TensorDict:
+    """``n`` seeded rows: ``observation`` float ``[3]`` and ``reward`` float ``[1]``."""
+    g = torch.Generator().manual_seed(seed)
+    return TensorDict(
+        {"observation": torch.randn(n, 3, generator=g), "reward": torch.randn(n, 1, generator=g)},
+        batch_size=[n],
+    )
+
+
+def mixed_rows(n: int, seed: int = 0, episode_len: int = 10) -> TensorDict:
+    """Seeded TED rows whose leaves have several dtypes and shapes (packing mixes them in a row).
+
+    ``step`` counts the rows, ``episode`` numbers episodes of ``episode_len`` rows.
+    """
+    g = torch.Generator().manual_seed(seed)
+    return TensorDict(
+        {
+            "observation": torch.randn(n, 5, generator=g),
+            "pixels": torch.randint(0, 255, (n, 2, 3), generator=g, dtype=torch.uint8),
+            "action": torch.randn(n, 2, generator=g).double(),
+            "step": torch.arange(n),
+            "episode": torch.arange(n) // episode_len,
+            "done": torch.rand(n, 1, generator=g) < 0.1,
+            "next": {
+                "observation": torch.randn(n, 5, generator=g),
+                "reward": torch.randn(n, 1, generator=g),
+                "done": torch.rand(n, 1, generator=g) < 0.1,
             },
         },
         batch_size=[n],

@@ -135,3 +135,50 @@ def test_there_is_no_import_cycle():
         if m not in state:
             visit(m)
     assert cycles == [], "\n".join(cycles)
+
+
+def ray_private_uses(source: str) -> list[str]:
+    """Where ``source`` imports or names ``ray._private`` (Ray's internals), as ``line: code``."""
+    uses = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            names = [base, *(f"{base}.{a.name}" for a in node.names)]
+        elif isinstance(node, ast.Attribute):
+            names = [ast.unparse(node)]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names = [node.value]  # importlib.import_module("ray._private...")
+        else:
+            continue
+        if any(
+            n == "ray._private" or "ray._private." in n or n.startswith("ray._private")
+            for n in names
+        ):
+            uses.append(f"{node.lineno}: {ast.unparse(node)}")
+    return uses
+
+
+def test_the_finder_of_ray_internals_finds_each_way_to_reach_them():
+    snippet = (
+        "import ray\n"
+        "import ray._private.worker\n"
+        "from ray._private.state import actors\n"
+        "from ray import _private\n"
+        "w = ray._private.worker.global_worker\n"
+        "m = importlib.import_module('ray._private.state')\n"
+        "ok = ray.get_runtime_context().get_task_id()\n"
+    )
+    lines = {int(u.split(":")[0]) for u in ray_private_uses(snippet)}
+    assert lines == {2, 3, 4, 5, 6}
+
+
+def test_no_module_reaches_into_ray_internals():
+    """Ray's public API only: ``ray._private`` changes between Ray releases without notice."""
+    uses = {
+        module_name(p): found
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if (found := ray_private_uses(p.read_text()))
+    }
+    assert uses == {}

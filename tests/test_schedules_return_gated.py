@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import pickle
@@ -11,10 +12,12 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tensordict import TensorDict
 
 from mixreplay import LazyTensorStorage, OfflineToOnlineReplayBuffer, ReplayBuffer
 from mixreplay.schedules import ReturnGated, Schedule
+from tests.helpers import filled_rows
+
+rows = functools.partial(filled_rows, key="observation", width=2)
 
 unit = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
 returns = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
@@ -181,10 +184,6 @@ def test_a_refused_report_changes_nothing(value, error, message):
 
 
 # -- in a buffer -------------------------------------------------------------------------------
-
-
-def rows(n: int, value: float) -> TensorDict:
-    return TensorDict({"observation": torch.full((n, 2), value)}, [n])
 
 
 def test_drives_the_buffer_and_survives_its_checkpoint(tmp_path):

@@ -19,7 +19,8 @@ before it died. So every message of rows is a *chunk* with an id
   behind, so the cut depends on timing).
 - ``floor``: every row ``< floor`` has been acknowledged to the writer (or
   abandoned), so this writer object never sends it again.
-- ``attempt``: the Ray task attempt that made the writer (0 outside a retried task).
+- ``attempt``: the Ray task attempt that made the writer, where known (mixreplay's own
+  writers send 0: Ray's public API does not tell a task its attempt).
 
 The actor keeps a compact record per writer (:class:`WriterTable`): the rows it
 applied (one number while they arrive in order), the slots of the blocking writes
@@ -96,19 +97,33 @@ def _task_key() -> tuple[str, int] | None:
     try:
         if not ray.is_initialized():
             return None
-        worker = ray._private.worker.global_worker
-        if worker.mode != ray._private.worker.WORKER_MODE:
+        context = ray.get_runtime_context()
+        try:
+            context.is_canceled()  # documented to raise in a driver (and in an async actor)
+        except RuntimeError:
             return None
-        task_id = worker.current_task_id
-        if task_id.is_nil():
+        task_id = context.get_task_id()
+        if task_id is None:
             return None
-        actor_id = worker.actor_id
-        if not actor_id.is_nil() and task_id == ray.TaskID.for_actor_creation_task(actor_id):
+        actor_id = context.get_actor_id()
+        if (
+            actor_id is not None
+            and task_id == ray.TaskID.for_actor_creation_task(ray.ActorID.from_hex(actor_id)).hex()
+        ):
             return None
-        attempt = int(worker.core_worker.get_current_task_attempt_number())
-    except Exception:  # noqa: BLE001 - a Ray without these internals: random identities
+    except Exception:  # noqa: BLE001 - a Ray without these calls: random identities
         return None
-    return task_id.hex(), attempt
+    return task_id, _task_attempt()
+
+
+def _task_attempt() -> int:
+    """The attempt of the Ray task this thread runs: 0; Ray's public API does not say it.
+
+    A retried task still mints the first attempt's identities (they derive from the
+    task's id), so its rows are applied once; only the actor's refusal of a retry whose
+    writer it forgot long ago (:class:`WriterTable`) goes without the attempt.
+    """
+    return 0
 
 
 def mint_writer_id(kind: str = "writer") -> tuple[str, int]:

@@ -6,6 +6,7 @@ import collections
 import concurrent.futures
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -705,22 +706,18 @@ class _Unconfirmed:
 
 def _actor_error(err, describe: dict, actor, retry: str | None = None) -> BufferActorError:
     ray = sys.modules["ray"]
-    state = _actor_state(actor)
-    pid = state.get("Pid") or describe.get("pid", "?")  # the latest process, after restarts
+    state = _actor_state(actor, err)
+    pid = state.get("pid") or describe.get("pid", "?")  # the latest process, after restarts
     what = (
         f"the Ray actor hosting the replay buffer ({describe.get('buffer')}, "
         f"actor {_actor_id(actor)}, pid {pid})"
     )
     cause = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
     # A call in flight when the actor died fails with the actor's death even when Ray
-    # restarts it: only the control store tells a restart from the end.
-    restarting = bool(state) and state.get("State") != "DEAD"
-    if isinstance(err, ray.exceptions.ActorUnavailableError) or restarting:
-        now = (
-            f"is restarting (restart {state.get('NumRestarts', '?')})"
-            if restarting
-            else "is unavailable: it is restarting or cannot be reached"
-        )
+    # restarts it: only a later call tells a restart from the end.
+    now = _RESTART_WORDS.get(str(state.get("state")))
+    if isinstance(err, ray.exceptions.ActorUnavailableError) or now is not None:
+        now = now or _RESTART_WORDS["UNREACHABLE"]
         return BufferActorError(
             f"{what} {now} ({cause}). "
             + (
@@ -736,15 +733,41 @@ def _actor_error(err, describe: dict, actor, retry: str | None = None) -> Buffer
     )
 
 
-def _actor_state(actor) -> dict:
-    """What Ray's control store says of the actor now (state, pid, restarts); {} if it cannot tell."""
-    try:
-        from ray._private.state import actors
+#: How long an error waits for the actor to answer the probe that tells a restart from the end
+PROBE_TIMEOUT_S = 1.0
+_RESTART_WORDS = {
+    "ALIVE": "is restarting (restarted: it answers again)",
+    "RESTARTING": "is restarting",
+    "UNREACHABLE": "is unavailable: it is restarting or cannot be reached",
+}
 
-        info = actors(actor_id=actor._actor_id.hex())
+
+def _actor_state(actor, err) -> dict:
+    """What the actor is now, asked of the actor itself; {} if it cannot tell.
+
+    ``{"state": "ALIVE", "pid": p}`` (it answers: Ray restarted it, in process ``p``),
+    ``{"state": "DEAD", "pid": p}`` (Ray will not restart it), ``{"state": "RESTARTING"}``
+    or ``{"state": "UNREACHABLE"}`` (no answer within :data:`PROBE_TIMEOUT_S`). Ray's
+    public API keeps no actor table without the dashboard, so a probe call asks.
+    """
+    ray = sys.modules["ray"]
+    try:
+        probe = actor.alive.remote()
+        if not ray.wait([probe], timeout=PROBE_TIMEOUT_S)[0]:
+            return {"state": "UNREACHABLE"}
+        return {"state": "ALIVE", "pid": int(ray.get(probe))}
+    except ray.exceptions.ActorDiedError as died:
+        return {"state": "DEAD", "pid": _died_pid(died) or _died_pid(err)}
+    except ray.exceptions.ActorUnavailableError:
+        return {"state": "RESTARTING"}
     except Exception:  # noqa: BLE001 - only used to word an error better
         return {}
-    return info if isinstance(info, dict) else {}
+
+
+def _died_pid(err) -> int | None:
+    """The process an ``ActorDiedError`` names (Ray writes it as a ``pid: N`` line), if any."""
+    found = re.search(r"^\s*pid: (\d+)\s*$", str(err), re.MULTILINE)
+    return int(found.group(1)) if found else None
 
 
 def _decode(result, layouts: LayoutCache, device):

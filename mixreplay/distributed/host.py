@@ -224,9 +224,9 @@ class BufferHost:
             "max_writers": self._writers.max_writers,
         }
 
-    def alive(self) -> bool:
-        """A probe (Ray never retries it): answers while the actor runs."""
-        return True
+    def alive(self) -> int:
+        """A probe (Ray never retries it): the pid of the process running the actor."""
+        return os.getpid()
 
     def length(self) -> int:
         return len(self._buf())

@@ -33,7 +33,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from mixreplay._torchrl_args import UNSUPPORTED_STORAGE_METHODS
-from mixreplay._validate import check_int, describe
+from mixreplay._validate import check_int, check_saved_int, describe
 from mixreplay.data_types import Codec
 from mixreplay.errors import CheckpointError, EmptyBufferError
 from mixreplay.layout import PackedRows, RowLayout
@@ -493,6 +493,95 @@ for _name, _way in UNSUPPORTED_STORAGE_METHODS.items():
     setattr(Storage, _name, _refused(_name, _way))
 
 
+class RingCounters:
+    """The counters of a storage written as a ring: :attr:`cursor` and :attr:`write_count`.
+
+    A mixin before :class:`Storage` in the bases; the storage keeps ``_cursor`` and
+    ``_write_count`` (plain attributes, or shared ones) and its :attr:`~Storage.lock`.
+    """
+
+    _cursor: int
+    _write_count: int
+    lock: Any
+
+    @property
+    def cursor(self) -> int:
+        return self._cursor
+
+    @property
+    def write_count(self) -> int:
+        return self._write_count
+
+    def reset_write_count(self) -> None:
+        with self.lock:
+            self._write_count = 0
+
+
+# -- the header of a saved ring storage ---------------------------------------------------------
+
+#: ``schema`` left out of a header (a storage whose state has no schema key)
+NO_SCHEMA: Any = object()
+
+
+def saved_header(
+    storage: Storage,
+    length: int,
+    *,
+    type_name: str | None = None,
+    inner: str | None = None,
+    schema: Any = NO_SCHEMA,
+) -> dict[str, Any]:
+    """The header a ring storage's state starts with; :func:`check_saved_header` reads it.
+
+    ``{"type", ["inner",] "max_size", ["schema",] "cursor", "len", "write_count"}``:
+    ``type_name`` defaults to the storage's registered name, ``schema`` is a
+    :class:`~mixreplay.schema.Schema` or ``None`` (saved as JSON), left out when not given.
+    """
+    header: dict[str, Any] = {"type": storage.config_name if type_name is None else type_name}
+    if inner is not None:
+        header["inner"] = inner
+    header["max_size"] = storage.max_size
+    if schema is not NO_SCHEMA:
+        header["schema"] = None if schema is None else schema.to_json()
+    header["cursor"] = storage.cursor
+    header["len"] = length
+    header["write_count"] = storage.write_count
+    return header
+
+
+def check_saved_header(
+    state: Any, max_size: int, *, what: str = "ring", capacity: str = "online_capacity"
+) -> tuple[int, int, int]:
+    """``(len, cursor, write_count)`` of a saved ring's header, checked against ``max_size``.
+
+    Raises :class:`~mixreplay.CheckpointError` naming what does not fit: ``what`` names
+    the saved storage, ``capacity`` the argument that sets its size.
+    """
+    if not isinstance(state, dict):
+        raise CheckpointError(f"a storage state is a dict, got {type(state).__name__}")
+    saved = check_saved_int(state.get("max_size"), "storage max_size", min=1)
+    if saved != max_size:
+        raise CheckpointError(
+            f"the saved {what} has max_size {saved}, this storage {max_size}; build it with "
+            f"the same capacity (e.g. {capacity}={saved})"
+        )
+    length, cursor, count = (
+        check_saved_int(state.get(key), f"storage {key}")
+        for key in ("len", "cursor", "write_count")
+    )
+    if (
+        length > max_size
+        or cursor >= max_size
+        or count < length
+        or (length < max_size and cursor != length)
+    ):
+        raise CheckpointError(
+            f"inconsistent {what} (len={length}, cursor={cursor}, write_count={count}, "
+            f"max_size={max_size}); the state is corrupt"
+        )
+    return length, cursor, count
+
+
 # the largest packed gather kept for the next batch (a batch of 256 Hopper rows: 28 KiB)
 _GATHER_SCRATCH_BYTES = 1 << 20
 
@@ -519,8 +608,12 @@ class PackedStorage(Storage):
         cached = self._fingerprint
         if cached is None or cached[0] != key:
             with self.lock:
-                cached = self._fingerprint = (key, fingerprint_rows(self.rows))
+                cached = self._fingerprint = (key, self._rows_fingerprint())
         return cached[1]
+
+    def _rows_fingerprint(self) -> str:
+        """The fingerprint of the filled rows, computed (:attr:`fingerprint` caches it)."""
+        return fingerprint_rows(self.rows)
 
     @property
     def layout(self) -> RowLayout | None:

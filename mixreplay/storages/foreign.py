@@ -14,11 +14,17 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from mixreplay._state import state_int
 from mixreplay.data_types import codec_from_json
 from mixreplay.errors import CheckpointError, EmptyBufferError
 from mixreplay.schema import Schema
-from mixreplay.storages.base import Storage, check_ndim, check_rows
+from mixreplay.storages.base import (
+    RingCounters,
+    Storage,
+    check_ndim,
+    check_rows,
+    check_saved_header,
+    saved_header,
+)
 
 __all__ = ["ForeignStorage", "adapt_storage", "looks_like_storage"]
 
@@ -30,7 +36,7 @@ def looks_like_storage(obj: Any) -> bool:
     )
 
 
-class ForeignStorage(Storage):
+class ForeignStorage(RingCounters, Storage):
     """A TorchRL ``Storage`` driven as a ring by mixreplay (our cursor, sampler and generator)."""
 
     def __init__(self, storage: Any):
@@ -44,14 +50,6 @@ class ForeignStorage(Storage):
 
     def __len__(self) -> int:
         return len(self.inner)
-
-    @property
-    def cursor(self) -> int:
-        return self._cursor
-
-    @property
-    def write_count(self) -> int:
-        return self._write_count
 
     @property
     def schema(self) -> Schema | None:
@@ -94,10 +92,6 @@ class ForeignStorage(Storage):
             self._cursor = 0
             self._bump_generation()
 
-    def reset_write_count(self) -> None:
-        with self.lock:
-            self._write_count = 0
-
     # -- state: the rows as columns, slot order ----------------------------------------------
 
     def state_dict(self, *, copy: bool = True) -> dict[str, Any]:
@@ -108,13 +102,7 @@ class ForeignStorage(Storage):
                 td = self.gather_unlocked(torch.arange(n))
                 columns = [{"key": list(k), "value": td.get(k)} for k in self._schema]
             return {
-                "type": self.config_name,
-                "inner": type(self.inner).__name__,
-                "max_size": self.max_size,
-                "schema": None if self._schema is None else self._schema.to_json(),
-                "cursor": self._cursor,
-                "len": n,
-                "write_count": self._write_count,
+                **saved_header(self, n, inner=type(self.inner).__name__, schema=self._schema),
                 "columns": columns,
                 "codec": None if self.codec is None else self.codec.to_json(),
             }
@@ -122,24 +110,7 @@ class ForeignStorage(Storage):
     def plan_load_state_dict(self, state: Any) -> Callable[[], None]:
         if not isinstance(state, dict) or state.get("type") != self.config_name:
             raise CheckpointError(f"not a saved ForeignStorage state: {str(state)[:80]}")
-        if state.get("max_size") != self.max_size:
-            raise CheckpointError(
-                f"the saved ring has max_size {state.get('max_size')!r}, this storage {self.max_size}; "
-                "build it with the same capacity"
-            )
-        n = state_int(state.get("len"), "storage len")
-        cursor = state_int(state.get("cursor"), "storage cursor")
-        count = state_int(state.get("write_count"), "storage write_count")
-        if (
-            n > self.max_size
-            or cursor >= self.max_size
-            or count < n
-            or (n < self.max_size and cursor != n)
-        ):
-            raise CheckpointError(
-                f"inconsistent ring (len={n}, cursor={cursor}, write_count={count}, "
-                f"max_size={self.max_size}); the state is corrupt"
-            )
+        n, cursor, count = check_saved_header(state, self.max_size, capacity="max_size")
         try:
             schema = None if state.get("schema") is None else Schema.from_json(state["schema"])
         except ValueError as err:

@@ -32,13 +32,19 @@ from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, is_ten
 from tensordict import lazy_stack as _lazy_stack
 from torch.utils import _pytree as pytree
 
-from mixreplay._state import state_int
 from mixreplay._torchrl_args import check_storage_args
 from mixreplay._validate import check_int, describe
 from mixreplay.data_types import summarize
 from mixreplay.errors import CheckpointError, DataStructureError, EmptyBufferError
 from mixreplay.schema import NestedKey, Schema, format_key, normalize_key
-from mixreplay.storages.base import Storage, as_device, as_index
+from mixreplay.storages.base import (
+    RingCounters,
+    Storage,
+    as_device,
+    as_index,
+    check_saved_header,
+    saved_header,
+)
 
 __all__ = ["UNBOUNDED", "LazyStackStorage", "ListStorage"]
 
@@ -175,7 +181,7 @@ def _decode_item(saved: Any, slot: int) -> Any:
     raise bad(f"has the fields {sorted(saved)}, not an encoded item")
 
 
-class ListStorage(Storage):
+class ListStorage(RingCounters, Storage):
     """Items of any type in a ring of Python slots (TorchRL's ``ListStorage``).
 
     The storage of TorchRL's buffers without a storage argument: each slot holds one
@@ -243,14 +249,6 @@ class ListStorage(Storage):
 
     def __len__(self) -> int:
         return len(self._items)
-
-    @property
-    def cursor(self) -> int:
-        return self._cursor
-
-    @property
-    def write_count(self) -> int:
-        return self._write_count
 
     @property
     def bounded(self) -> bool:
@@ -434,10 +432,6 @@ class ListStorage(Storage):
             self._cursor = 0
             self._bump_generation()
 
-    def reset_write_count(self) -> None:
-        with self.lock:
-            self._write_count = 0
-
     def contains(self, item: Any) -> Any:
         """Whether ``item`` (an int, or a tensor of ints) names slots that hold an item."""
         if isinstance(item, int):
@@ -458,11 +452,7 @@ class ListStorage(Storage):
         """
         with self.lock:
             return {
-                "type": self.config_name,
-                "max_size": self.max_size,
-                "cursor": self._cursor,
-                "len": len(self._items),
-                "write_count": self._write_count,
+                **saved_header(self, len(self._items)),
                 # TorchRL's key: the items in slot order (tensors bare, TensorDicts as dicts)
                 "_storage": [_encode_item(item, i, copy) for i, item in enumerate(self._items)],
             }
@@ -473,26 +463,13 @@ class ListStorage(Storage):
                 f"not a saved {self.config_name} state: {describe(state)}; load it into the "
                 "kind of storage that saved it"
             )
-        if state.get("max_size") != self.max_size:
-            raise CheckpointError(
-                f"the saved storage has max_size {state.get('max_size')!r}, this storage "
-                f"{self.max_size}; build it with the same capacity"
-            )
-        n = state_int(state.get("len"), "storage len")
-        cursor = state_int(state.get("cursor"), "storage cursor")
-        count = state_int(state.get("write_count"), "storage write_count")
+        n, cursor, count = check_saved_header(
+            state, self.max_size, what="storage", capacity="max_size"
+        )
         saved = state.get("_storage")
-        if (
-            not isinstance(saved, list)
-            or len(saved) != n
-            or n > self.max_size
-            or cursor >= self.max_size
-            or count < n
-            or (n < self.max_size and cursor != n)
-        ):
+        if not isinstance(saved, list) or len(saved) != n:
             raise CheckpointError(
-                f"inconsistent storage (len={n}, cursor={cursor}, write_count={count}, "
-                f"max_size={self.max_size}, {describe(saved)} saved); the state is corrupt"
+                f"inconsistent storage (len={n}, {describe(saved)} saved); the state is corrupt"
             )
         items = [_decode_item(entry, i) for i, entry in enumerate(saved)]
 

@@ -28,13 +28,21 @@ import torch
 from tensordict import TensorDictBase
 
 from mixreplay._torchrl_args import check_storage_args
-from mixreplay._validate import check_bool, check_int, check_path, check_saved_int
+from mixreplay._validate import check_bool, check_int, check_path
 from mixreplay.data_types import codec_from_json, one_row, to_rows
 from mixreplay.errors import CheckpointError, SchemaMismatchError
 from mixreplay.layout import RowLayout
 from mixreplay.schema import Schema, check_dense
 from mixreplay.storages import _hugepages
-from mixreplay.storages.base import PackedStorage, as_device, check_ndim, check_rows
+from mixreplay.storages.base import (
+    PackedStorage,
+    RingCounters,
+    as_device,
+    check_ndim,
+    check_rows,
+    check_saved_header,
+    saved_header,
+)
 
 __all__ = ["LazyMemmapStorage", "LazyTensorStorage", "TensorStorage", "check_saved_rows"]
 
@@ -44,10 +52,6 @@ log = logging.getLogger(__name__)
 _SMALL_WRITE = 32
 #: writes up to this size are staged in reused rows; larger ones in new rows
 _STAGING_BYTES = 4 << 20
-
-
-def _state_int(state: dict[str, Any], key: str, lo: int = 0) -> int:
-    return check_saved_int(state.get(key), f"storage {key}", min=lo)
 
 
 def check_saved_rows(rows: Any, length: int, words: int, what: str = "rows") -> torch.Tensor:
@@ -179,7 +183,7 @@ def _slots(cursor: Any, max_size: int) -> tuple[torch.Tensor, bool]:
     return index, single
 
 
-class TensorStorage(PackedStorage):
+class TensorStorage(RingCounters, PackedStorage):
     """A fixed-capacity ring of packed rows, allocated on the first write.
 
     The first ``extend`` fixes the schema (keys, per-row shapes, dtypes); later
@@ -268,14 +272,6 @@ class TensorStorage(PackedStorage):
 
     def __len__(self) -> int:
         return self._len
-
-    @property
-    def cursor(self) -> int:
-        return self._cursor
-
-    @property
-    def write_count(self) -> int:
-        return self._write_count
 
     @property
     def nbytes(self) -> int:
@@ -484,10 +480,6 @@ class TensorStorage(PackedStorage):
             self._cursor = self._len = 0
             self._bump_generation()
 
-    def reset_write_count(self) -> None:
-        with self.lock:
-            self._write_count = 0
-
     # -- state ---------------------------------------------------------------------------
 
     def state_dict(self, *, copy: bool = True) -> dict[str, Any]:
@@ -498,12 +490,7 @@ class TensorStorage(PackedStorage):
             if layout is not None:
                 rows = self.rows.clone() if copy else self.rows
             return {
-                "type": self.config_name,
-                "max_size": self.max_size,
-                "schema": None if layout is None else layout.schema.to_json(),
-                "cursor": self._cursor,
-                "len": self._len,
-                "write_count": self._write_count,
+                **saved_header(self, self._len, schema=None if layout is None else layout.schema),
                 "rows": rows,
                 "codec": None if self.codec is None else self.codec.to_json(),
             }
@@ -513,27 +500,7 @@ class TensorStorage(PackedStorage):
 
         ``layout`` is ``None`` for a ring saved before its first write.
         """
-        if not isinstance(state, dict):
-            raise CheckpointError(f"a storage state is a dict, got {type(state).__name__}")
-        max_size = _state_int(state, "max_size", 1)
-        if max_size != self.max_size:
-            raise CheckpointError(
-                f"the saved ring has max_size {max_size}, this storage {self.max_size}; build "
-                f"it with the same capacity (e.g. online_capacity={max_size})"
-            )
-        length = _state_int(state, "len")
-        cursor = _state_int(state, "cursor")
-        write_count = _state_int(state, "write_count")
-        if (
-            length > max_size
-            or cursor >= max_size
-            or write_count < length
-            or (length < max_size and cursor != length)
-        ):
-            raise CheckpointError(
-                f"inconsistent ring (len={length}, cursor={cursor}, write_count={write_count}, "
-                f"max_size={max_size}); the state is corrupt"
-            )
+        length, cursor, write_count = check_saved_header(state, self.max_size)
         if state.get("schema") is None:
             if length:
                 raise CheckpointError(f"{length} rows saved without a schema; the state is corrupt")

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 import torch.multiprocessing as mp
-from tensordict import TensorDict, TensorDictBase, tensorclass
+from tensordict import TensorDictBase, tensorclass
 
 from mixreplay import (
     LazyMemmapStorage,
@@ -30,29 +30,9 @@ from mixreplay import (
     ReplayBuffer,
     SliceSampler,
 )
+from tests.helpers import mixed_rows as rows
 
 B = 64
-
-
-def rows(n: int, seed: int = 0, episode_len: int = 10) -> TensorDict:
-    """TED rows with leaves of several dtypes (the packing mixes them in one row)."""
-    g = torch.Generator().manual_seed(seed)
-    ep = torch.arange(n) // episode_len
-    return TensorDict(
-        {
-            "observation": torch.randn(n, 5, generator=g),
-            "pixels": torch.randint(0, 255, (n, 2, 3), generator=g, dtype=torch.uint8),
-            "action": torch.randn(n, 2, generator=g).double(),
-            "episode": ep,
-            "done": torch.rand(n, 1, generator=g) < 0.1,
-            "next": {
-                "observation": torch.randn(n, 5, generator=g),
-                "reward": torch.randn(n, 1, generator=g),
-                "done": torch.rand(n, 1, generator=g) < 0.1,
-            },
-        },
-        batch_size=[n],
-    )
 
 
 @tensorclass

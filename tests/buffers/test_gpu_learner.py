@@ -24,30 +24,13 @@ from mixreplay import (
     SamplerWithoutReplacement,
 )
 from mixreplay.buffers.base import device_seed
+from tests.helpers import mixed_rows as rows
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device")
 #: every device batches can land on here (the GPU ones run where CUDA is present)
 DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
 B = 32
-
-
-def rows(n: int, seed: int = 0) -> TensorDict:
-    """Rows with leaves of several dtypes and shapes (the packing mixes them in one row)."""
-    g = torch.Generator().manual_seed(seed)
-    return TensorDict(
-        {
-            "observation": torch.randn(n, 5, generator=g),
-            "pixels": torch.randint(0, 255, (n, 2, 3), generator=g, dtype=torch.uint8),
-            "action": torch.randn(n, 2, generator=g).double(),
-            "step": torch.arange(n),
-            "next": {
-                "reward": torch.randn(n, 1, generator=g),
-                "done": torch.rand(n, 1, generator=g) < 0.1,
-            },
-        },
-        batch_size=[n],
-    )
 
 
 def same(a: TensorDict, b: TensorDict) -> None:

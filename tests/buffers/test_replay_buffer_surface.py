@@ -14,12 +14,9 @@ from mixreplay import (
     SamplerWithoutReplacement,
 )
 from mixreplay._torchrl_args import UNSUPPORTED
+from tests.helpers import counted_rows as rows
 
 pytestmark = pytest.mark.torchrl
-
-
-def rows(n, start=0):
-    return TensorDict({"x": torch.arange(start, start + n)}, [n])
 
 
 def test_samplers_are_exported_at_the_top_level():

@@ -19,10 +19,7 @@ from mixreplay import (
 from mixreplay.mixing import BufferSource, ForeignSource, MixSource, as_mix_source
 from mixreplay.mixing.source import Drawn
 from mixreplay.schedules import Linear, Schedule
-
-
-def rows(n: int, value: float) -> TensorDict:
-    return TensorDict({"x": torch.full((n, 1), value)}, [n])
+from tests.helpers import filled_rows as rows
 
 
 class Counter(MixSource):

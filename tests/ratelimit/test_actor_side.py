@@ -8,6 +8,7 @@ again applies only the rest; a chunk behind a held one of the same writer waits 
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import pytest
@@ -26,12 +27,11 @@ from mixreplay.distributed.host import BufferHost
 from mixreplay.distributed.limited import Blocked, Poll
 from mixreplay.distributed.wire import Packer
 from mixreplay.rate_limit import RateCounts
+from tests.helpers import counted_rows
+
+rows = functools.partial(counted_rows, dtype=torch.float32)
 
 LIMIT = SampleToInsertRatio(samples_per_insert=8, min_size_to_sample=2, error_buffer=16)
-
-
-def rows(n: int, start: int = 0) -> TensorDict:
-    return TensorDict({"x": torch.arange(start, start + n, dtype=torch.float32)}, [n])
 
 
 def make_buffer(tmp=None):

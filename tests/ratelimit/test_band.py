@@ -11,6 +11,7 @@ inserted once and counted once, and every row sampled was counted once.
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
@@ -30,13 +31,11 @@ from mixreplay import (
     ReplayBuffer,
     SampleToInsertRatio,
 )
-from tests.helpers import run_threads
+from tests.helpers import counted_rows, run_threads
+
+rows = functools.partial(counted_rows, dtype=torch.float32)
 
 CALL_TIMEOUT = 60.0  # an extend waits at most this long; only a hang would reach it
-
-
-def rows(n: int, start: int) -> TensorDict:
-    return TensorDict({"x": torch.arange(start, start + n, dtype=torch.float32)}, [n])
 
 
 OFFLINE = OfflineDataset.from_tensordict(rows(64, -64))  # read-only: its rows are never inserts

@@ -6,6 +6,7 @@ for the rows they hold; so does a state saved with a limiter of other settings.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import logging
@@ -32,15 +33,13 @@ from mixreplay.errors import CheckpointError
 from mixreplay.rate_limit import RateGate
 from mixreplay.samplers import PrioritizedSampler
 from mixreplay.schedules import Constant
-from tests.helpers import run_threads
+from tests.helpers import counted_rows, run_threads
+
+rows = functools.partial(counted_rows, dtype=torch.float32)
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 OFFLINE = OfflineDataset.from_tensordict(TensorDict({"x": -torch.arange(1.0, 51.0)}, [50]))
 LIMIT = SampleToInsertRatio(samples_per_insert=8, min_size_to_sample=2, error_buffer=16)
-
-
-def rows(n: int, start: int = 0) -> TensorDict:
-    return TensorDict({"x": torch.arange(start, start + n, dtype=torch.float32)}, [n])
 
 
 def make(kind: str, limiter=LIMIT):

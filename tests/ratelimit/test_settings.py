@@ -9,6 +9,7 @@ a row may be inserted while ``(inserts + 1) * spi - samples <= max_diff`` (free 
 
 from __future__ import annotations
 
+import functools
 import math
 import pickle
 
@@ -16,7 +17,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tensordict import TensorDict
 
 from mixreplay import (
     FrozenStorage,
@@ -29,10 +29,9 @@ from mixreplay import (
 )
 from mixreplay.errors import CheckpointError
 from mixreplay.rate_limit import RateLimiter
+from tests.helpers import counted_rows
 
-
-def rows(n: int, start: int = 0) -> TensorDict:
-    return TensorDict({"x": torch.arange(start, start + n, dtype=torch.float32)}, [n])
+rows = functools.partial(counted_rows, dtype=torch.float32)
 
 
 # -- the settings ---------------------------------------------------------------------------

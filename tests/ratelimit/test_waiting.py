@@ -6,6 +6,7 @@ fails the test after closing the buffer, never the suite.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 
@@ -25,15 +26,13 @@ from mixreplay import (
     SampleToInsertRatio,
 )
 from mixreplay.samplers import PrioritizedSampler
-from tests.helpers import run_threads
+from tests.helpers import counted_rows, run_threads
+
+rows = functools.partial(counted_rows, dtype=torch.float32)
 
 OFFLINE = OfflineDataset.from_tensordict(
     TensorDict({"x": -torch.arange(1.0, 101.0)}, [100])
 )  # offline rows are negative, online ones count from 0
-
-
-def rows(n: int, start: int = 0) -> TensorDict:
-    return TensorDict({"x": torch.arange(start, start + n, dtype=torch.float32)}, [n])
 
 
 # UTD 2 at batch 4: 8 rows sampled per row inserted; 2 rows before the first sample

@@ -4,7 +4,6 @@ import pickle
 
 import pytest
 import torch
-from tensordict import TensorDict
 
 from mixreplay import (
     CheckpointError,
@@ -16,12 +15,9 @@ from mixreplay import (
 )
 from mixreplay.samplers import PrioritizedSampler, Sampler
 from tests.helpers import assert_state_equal
+from tests.helpers import counted_rows as rows
 
 devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-
-
-def rows(n: int, start: int = 0) -> TensorDict:
-    return TensorDict({"x": torch.arange(start, start + n)}, [n])
 
 
 def filled(capacity: int, n: int, sampler: PrioritizedSampler, device="cpu") -> LazyTensorStorage:

@@ -12,7 +12,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tensordict import TensorDict
 
 from mixreplay import (
     LazyTensorStorage,
@@ -23,10 +22,7 @@ from mixreplay import (
     SamplerWithoutReplacement,
 )
 from mixreplay._state import upgrade_saved_sampler
-
-
-def rows(n: int, start: int = 0) -> TensorDict:
-    return TensorDict({"x": torch.arange(start, start + n)}, [n])
+from tests.helpers import counted_rows as rows
 
 
 def test_random_sampler_without_replacement_covers_every_row_in_an_epoch():

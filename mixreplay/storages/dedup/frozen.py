@@ -30,16 +30,6 @@ class DedupReads(PackedStorage):
         return 0 if self._dedup is None else self._dedup.stored.row_bytes
 
     @property
-    def fingerprint(self) -> str:
-        """The hash of the full rows (what a plain storage of the same rows has)."""
-        key = (self.generation, self.write_count, len(self))
-        cached = self._fingerprint
-        if cached is None or cached[0] != key:
-            with self.lock:
-                cached = self._fingerprint = (key, self._full_fingerprint())
-        return cached[1]
-
-    @property
     def dedup_layout(self) -> DedupLayout | None:
         """How rows are stored (``None`` before the first write)."""
         return self._dedup
@@ -121,7 +111,7 @@ class DedupReads(PackedStorage):
             return TensorDict({}, batch_size=[0])
         return self._layout.copy_out(self.rows, self.device)
 
-    def _full_fingerprint(self) -> str:
+    def _rows_fingerprint(self) -> str:
         """The fingerprint of the full rows (as a plain storage of the same rows has it)."""
         import hashlib
 

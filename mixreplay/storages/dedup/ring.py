@@ -13,7 +13,7 @@ from mixreplay.errors import CheckpointError
 from mixreplay.layout import WORD_BYTES, RowLayout
 from mixreplay.schema import Schema
 from mixreplay.storages import ring as plain_ring
-from mixreplay.storages.base import check_rows
+from mixreplay.storages.base import check_rows, saved_header
 from mixreplay.storages.dedup.frozen import DedupReads
 from mixreplay.storages.dedup.layout import DedupLayout, _cols
 from mixreplay.storages.ring import (
@@ -289,13 +289,9 @@ class _DedupRing(DedupReads, TensorStorage):
         """
         with self.lock:
             dl = self._dedup
+            schema = None if self._layout is None else self._layout.schema
             state: dict[str, Any] = {
-                "type": self.plain_name,
-                "max_size": self.max_size,
-                "schema": None if self._layout is None else self._layout.schema.to_json(),
-                "cursor": self._cursor,
-                "len": self._len,
-                "write_count": self._write_count,
+                **saved_header(self, self._len, type_name=self.plain_name, schema=schema),
                 "dedup_next": True,
                 "rows": None,
             }

@@ -1,4 +1,4 @@
-"""Review of the hot-path changes (host gather scratch, uniform drawer): torch's default
+"""The host gather scratch and the uniform drawer under torch's default
 device (``torch.set_default_device`` / ``with torch.device(...)``, common in GPU learners)
 must not move what the library allocates for host rows. ``meta`` stands in for ``cuda``
 here so the tests run on a CPU-only machine."""
@@ -8,16 +8,9 @@ from __future__ import annotations
 import copy
 
 import torch
-from tensordict import TensorDict
 
 from mixreplay import LazyTensorStorage, ReplayBuffer
-
-
-def rows(n: int, seed: int = 0) -> TensorDict:
-    g = torch.Generator().manual_seed(seed)
-    return TensorDict(
-        {"obs": torch.randn(n, 3, generator=g), "r": torch.randn(n, generator=g)}, batch_size=[n]
-    )
+from tests.helpers import random_rows as rows
 
 
 def test_sample_ignores_the_default_device():
@@ -26,7 +19,7 @@ def test_sample_ignores_the_default_device():
     want = copy.deepcopy(rb).sample(8)
     with torch.device("meta"):
         got = rb.sample(8)
-    assert got["obs"].device.type == "cpu"
+    assert got["observation"].device.type == "cpu"
     assert (got == want).all()
 
 
@@ -38,7 +31,7 @@ def test_storage_gather_ignores_the_default_device():
     st._gather_scratch = None  # made under the context below
     with torch.device("meta"):
         got = st.gather(index)
-    assert got["r"].device.type == "cpu"
+    assert got["reward"].device.type == "cpu"
     assert (got == want).all()
 
 
@@ -78,5 +71,5 @@ def test_mixed_sample_made_under_another_default_device_draws_on_the_host():
     want = [plain.sample() for _ in range(3)]
     with torch.device("meta"):
         got = [under.sample() for _ in range(3)]
-    assert all(g["obs"].device.type == "cpu" for g in got)
+    assert all(g["observation"].device.type == "cpu" for g in got)
     assert all((g == w).all() for g, w in zip(got, want))

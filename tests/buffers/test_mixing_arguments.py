@@ -1,4 +1,5 @@
-"""Defects of the mixing buffers found by adversarial testing (issue 11.5, 11.6, 12.1)."""
+"""The mixing buffers' arguments: source keys that name data, a bad priority in a later
+source, annealing and TorchRL's hooks fields."""
 
 from __future__ import annotations
 

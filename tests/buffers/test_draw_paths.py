@@ -1,4 +1,4 @@
-"""The hot path keeps a constant schedule's split between batches (issue 20 item 5): the kept
+"""The hot path keeps a constant schedule's split between batches: the kept
 counts are always those a fresh computation gives, whatever happened in between."""
 
 from __future__ import annotations
@@ -6,17 +6,9 @@ from __future__ import annotations
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tensordict import TensorDict
 
 from mixreplay import OfflineDataset, OfflineToOnlineReplayBuffer
-
-
-def rows(n: int, seed: int = 0) -> TensorDict:
-    g = torch.Generator().manual_seed(seed)
-    return TensorDict(
-        {"observation": torch.randn(n, 3, generator=g), "reward": torch.randn(n, 1, generator=g)},
-        batch_size=[n],
-    )
+from tests.helpers import random_rows as rows
 
 
 def fresh(rb: OfflineToOnlineReplayBuffer, batch_size: int) -> list[int]:

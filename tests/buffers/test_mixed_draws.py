@@ -1,4 +1,5 @@
-"""Defects of the mixing engine found by the second adversarial campaign (issue 18)."""
+"""Mixed draws at their edges: source transforms, refused batches, sources without
+replacement, transforms changed while prefetching, and carries of tiny weights."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The persistence layer against damaged, crafted and odd files (issue 18, own adversarial pass).
+"""The persistence layer against damaged, crafted and odd files.
 
 Each case damages a saved checkpoint the way a disk, a crash or a person can, then loads it
 (or saves over it): a load is a ``CheckpointError`` naming the file, never a hang or another

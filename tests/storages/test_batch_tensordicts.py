@@ -1,5 +1,4 @@
-"""The batch TensorDicts built on the hot path without tensordict's per-call checks (issue 20
-item 5) are ordinary TensorDicts: their four fields set directly where that builds what
+"""The batch TensorDicts built on the hot path without tensordict's per-call checks are ordinary TensorDicts: their four fields set directly where that builds what
 tensordict's own ``_new_unsafe`` builds (checked at import), else ``_new_unsafe`` itself."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""mixreplay's own tests of issue 19's fixes that involve TorchRL objects (writers, transforms).
+"""mixreplay's own tests with TorchRL objects: writers, write- and read-side transforms.
 
-Each of the first tests failed on main at 46f74ce: the writer crash, the write-side
-transforms that never ran, ``rb[i]`` that skipped the transforms.
+TorchRL's writer is accepted, the write-side transforms run (inverse, last first) and
+``rb[i]`` runs the transforms as ``sample`` does. Not part of the port's counts.
 """
 
 from __future__ import annotations

@@ -823,6 +823,12 @@ class ReplayBuffer(BufferBase[Sampled]):
 
         While prefetching, the batches not yet returned are discarded first and the
         generator rewound to before them (see :mod:`mixreplay.prefetch`).
+
+        The batch size is saved under TorchRL's key, ``"_batch_size"``, for programs that
+        build a buffer from it, and :meth:`load_state_dict` restores it, as TorchRL does (a
+        state saved without one keeps the loading buffer's). A state in TorchRL's layout is
+        not read: the generator is under ``"generator"``
+        (TorchRL's ``"_rng"``), the rows under ``"storage"``.
         """
         storage = self._storage
         with self._paused(), storage.lock:
@@ -833,7 +839,28 @@ class ReplayBuffer(BufferBase[Sampled]):
                 "sampler": sampler_state(self._sampler),
                 **self._generators_state(),
                 **self._rate_limiter_state(),
+                "_batch_size": self._batch_size,
             }
+
+    def _settings(self) -> dict[str, str]:
+        return {"batch_size": repr(self._batch_size), **super()._settings()}
+
+    def _plan_batch_size(self, state: dict[str, Any]) -> Plan:
+        """Check the state's ``"_batch_size"``; return what restores it. A state saved
+        without one (``None``, or no entry) keeps this buffer's."""
+        batch_size = state.get("_batch_size")
+        if batch_size is None:
+            batch_size = self._batch_size
+        else:
+            try:
+                batch_size = check_batch_size(batch_size, name="_batch_size")
+            except (TypeError, ValueError) as err:
+                raise CheckpointError(f"{err}; the checkpoint is corrupt") from None
+
+        def apply() -> None:
+            self._batch_size = batch_size
+
+        return apply
 
     def plan_load_state_dict(self, state: Any, *, allow_offline_mismatch: bool = False) -> Plan:
         """Check ``state`` whole against this buffer, change nothing; return what applies it.
@@ -845,7 +872,7 @@ class ReplayBuffer(BufferBase[Sampled]):
         """
         name = type(self).__name__
         state = self._check_kind(state)
-        plans: list[Plan] = []
+        plans: list[Plan] = [self._plan_batch_size(state)]
         storage = self._storage
         saved = state.get("storage")
         restore_sampler = True

@@ -231,12 +231,13 @@ class TensorDictReplayBuffer(ReplayBuffer):
         """``data`` without the entries this buffer sets (``"index"``, ``"priority_weight"``)
         that the stored rows lack: a TensorDict extended twice, or a sampled batch written back,
         carries them, and TorchRL's storage then quietly takes the key in (mixreplay's rows keep
-        the keys of their first write)."""
+        the keys of their first write). A first write leaves them out too: they say where a
+        row was drawn or written, and every sample sets them afresh."""
         storage = self._storage
-        schema = None if storage.holds_items else storage.schema
-        if schema is None:
+        if storage.holds_items:
             return data
-        held = {f.key for f in schema.fields}
+        schema = storage.schema
+        held = set() if schema is None else {f.key for f in schema.fields}
         extra = [k for k in BOOKKEEPING if k in data.keys() and (k,) not in held]
         return data.exclude(*extra) if extra else data
 

@@ -510,7 +510,9 @@ class TensorStorage(RingCounters, PackedStorage):
         except (SchemaMismatchError, ValueError, KeyError, TypeError) as err:
             raise CheckpointError(f"the saved schema is invalid ({err})") from None
         if self._layout is not None and self._layout != layout:
-            lines = self._layout.schema.differences(layout.schema, names=("storage", "state"))
+            lines = self._layout.schema.differences(
+                layout.schema, names=("storage", "state"), ignore_one_sided=frozenset()
+            )
             raise CheckpointError(
                 f"the saved rows do not match this storage's ({'; '.join(lines)}); load them "
                 "into a storage whose rows have the saved keys, dtypes and shapes"

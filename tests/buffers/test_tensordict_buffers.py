@@ -20,7 +20,7 @@ from mixreplay import (
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
 )
-from mixreplay.errors import DataStructureError, PriorityError
+from mixreplay.errors import CheckpointError, DataStructureError, PriorityError
 
 
 def rows(n: int, start: int = 0) -> TensorDict:
@@ -118,6 +118,55 @@ def test_extend_sets_index_into_the_tensordict_written():
     rb2.extend(more)
     assert data["index"].tolist() == [0, 1, 2]
     assert more["index"].tolist() == [[0, 0], [1, 1], [2, 2]]  # expanded over the row's dims
+
+
+def test_a_tensordict_written_twice_stores_no_index_even_in_a_new_buffer():
+    # the index set by one buffer's extend is not a field of the rows in the next buffer
+    data = rows(3)
+    TensorDictReplayBuffer(storage=LazyTensorStorage(4)).extend(data)
+    assert "index" in data.keys()
+    other = TensorDictReplayBuffer(storage=LazyTensorStorage(4), batch_size=2)
+    other.extend(data)
+    assert sorted(other.storage[:].keys()) == ["id", "x"]
+    assert "index" in other.sample().keys()  # set by the sample, as ever
+
+
+def test_a_state_saves_the_batch_size_under_torchrls_key_and_restores_it():
+    source = TensorDictReplayBuffer(storage=LazyTensorStorage(4), batch_size=3)
+    source.extend(rows(3))
+    state = source.state_dict()
+    assert state["_batch_size"] == 3
+    restored = TensorDictReplayBuffer(storage=LazyTensorStorage(4), batch_size=2)
+    restored.load_state_dict(state)
+    assert restored.batch_size == 3 and restored.sample().shape == (3,)
+    # a state saved without a batch size keeps the loading buffer's
+    unsized = TensorDictReplayBuffer(storage=LazyTensorStorage(4))
+    unsized.extend(rows(3))
+    restored.load_state_dict(unsized.state_dict())
+    assert restored.batch_size == 3
+
+
+def test_a_saved_batch_size_that_is_not_one_is_refused_changing_nothing():
+    source = TensorDictReplayBuffer(storage=LazyTensorStorage(4), batch_size=3)
+    source.extend(rows(3))
+    state = source.state_dict()
+    state["_batch_size"] = 0
+    target = TensorDictReplayBuffer(storage=LazyTensorStorage(4), batch_size=2)
+    with pytest.raises(CheckpointError, match=r"_batch_size.*the checkpoint is corrupt"):
+        target.load_state_dict(state)
+    assert target.batch_size == 2 and len(target) == 0
+
+
+def test_a_state_whose_rows_lack_a_key_names_it_when_refused():
+    source = ReplayBuffer(storage=LazyTensorStorage(4))
+    source.extend(rows(2))
+    state = source.state_dict()
+    target = ReplayBuffer(storage=LazyTensorStorage(4))
+    target.extend(rows(2).set("index", torch.zeros(2, dtype=torch.int64)))
+    with pytest.raises(
+        CheckpointError, match=r"'index': in storage \(int64\[\]\), missing in state"
+    ):
+        target.load_state_dict(state)
 
 
 def test_add_sets_a_rows_index_and_priority():

@@ -94,8 +94,8 @@ DIFF_INTERNALS = _differs(
     AssertionError,
 )
 DIFF_STATE_LAYOUT = _differs(
-    "rb.state_dict() is mixreplay's own layout ('storage', 'sampler', 'generator'), "
-    "not TorchRL's ('_storage', '_rng', '_batch_size', ...)",
+    "rb.state_dict() is mixreplay's own layout ('storage', 'sampler', 'generator', and "
+    "TorchRL's '_batch_size'), not TorchRL's ('_storage', '_sampler', '_rng', ...)",
     (AssertionError, KeyError),
 )
 DIFF_DELAYED_INIT = _differs("delayed_init=True is refused (TypeError)", TypeError)

@@ -85,6 +85,16 @@ DIFF_PRIVATE_STATE = _differs(
     "sampler.dumps does not exist (rb.dumps saves the sampler with its buffer)",
     (TypeError, KeyError, AttributeError),  # rb.extend(tensor) until dropin, then the layout
 )
+# not strict: the test passes when the buffer's own generator happens to draw the row that
+# torch.manual_seed(0) makes TorchRL draw (a 1-in-4 chance: a permutation of 4 rows)
+DIFF_GLOBAL_SEED = pytest.mark.xfail(
+    ON_MIXREPLAY,
+    reason="Differences from TorchRL: randomness: a buffer built without generator= draws "
+    "from its own generator, which torch.manual_seed does not seed; the test needs the row "
+    "TorchRL's global RNG draws after torch.manual_seed(0) (it passes only by chance)",
+    raises=AssertionError,
+    strict=False,
+)
 DIFF_SLICE_WITHOUT_REPLACEMENT = _differs(
     "SliceSampler(replacement=False) is refused (TypeError): mixreplay has no "
     "SliceSamplerWithoutReplacement",

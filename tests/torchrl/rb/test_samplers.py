@@ -279,7 +279,7 @@ class TestSamplers:
     @pytest.mark.parametrize(
         "backend", ["torch"] + (["torchsnapshot"] if _has_snapshot else [])
     )
-    @DIFF_PRIVATE_STATE
+    @DIFF_GLOBAL_SEED
     def test_sampler_without_rep_state_dict(self, backend):
         os.environ["CKPT_BACKEND"] = backend
         torch.manual_seed(0)

@@ -318,7 +318,6 @@ class TestStorages:
     @pytest.mark.parametrize(
         "backend", ["torch"] + (["torchsnapshot"] if _has_snapshot else [])
     )
-    @DIFF_STATE_LAYOUT
     def test_storage_state_dict(self, storage_in, storage_out, init_out, backend):
         os.environ["CKPT_BACKEND"] = backend
         buffer_size = 100

@@ -33,6 +33,7 @@ from __future__ import annotations
 import abc
 import collections
 import dataclasses
+import importlib
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -190,8 +191,9 @@ def _check_row_batch(row_batch: tuple[int, ...], schema: Schema) -> None:
             )
 
 
-def _import_class(path: str) -> type:
-    """The tensorclass saved as ``module:qualname``, from a module this process has imported.
+def _import_class(path: str, imports: bool = False) -> type:
+    """The tensorclass saved as ``module:qualname``, from a module this process has imported
+    (or imports now, with ``imports``).
 
     A checkpoint never imports code: a module that is not imported yet is refused (its
     import could do anything), and so is anything that is not a tensorclass.
@@ -202,6 +204,8 @@ def _import_class(path: str) -> type:
     if not sep or not all(p.isidentifier() for p in (*module.split("."), *qualname.split("."))):
         raise ValueError(f"'class' must be 'module:ClassName', got {path!r}")
     obj: Any = sys.modules.get(module)
+    if obj is None and imports:
+        obj = importlib.import_module(module)
     if obj is None:
         raise ImportError(
             f"its module {module} is not imported, and a checkpoint never imports code: "
@@ -528,7 +532,8 @@ def to_rows(data: Any, codec: Codec | None, first: bool) -> tuple[TensorDictBase
     return codec.encode(data), codec
 
 
-_KINDS: dict[str, Callable[[dict[str, Any]], Codec]] = {}
+#: how each kind of codec is read back: ``(state, imports) -> Codec``
+_KINDS: dict[str, Callable[[dict[str, Any], bool], Codec]] = {}
 
 
 def explain_write_error(data: Any, err: RuntimeError) -> Exception | None:
@@ -542,12 +547,18 @@ def explain_write_error(data: Any, err: RuntimeError) -> Exception | None:
     return None
 
 
-def codec_from_json(state: Any, schema: Schema | None = None) -> Codec | None:
+def codec_from_json(
+    state: Any, schema: Schema | None = None, *, imports: bool = False
+) -> Codec | None:
     """Rebuild a codec saved by :meth:`Codec.to_json` (``None`` stays ``None``).
 
     With ``schema`` (the saved rows'), the codec must also fit those rows
     (:meth:`Codec.check_fits`), so that a crafted codec is refused here rather than
     accepted and then failing every ``sample()``.
+
+    A tensorclass is looked up in the modules this process has imported: a checkpoint
+    never imports code. ``imports=True`` imports its module (what the program itself
+    wrote, e.g. a shared storage's header read in a process it started).
 
     Raises ``ValueError`` for a state that cannot be read or does not fit the rows
     (naming the field), ``ImportError`` for a tensorclass that cannot be imported.
@@ -556,7 +567,7 @@ def codec_from_json(state: Any, schema: Schema | None = None) -> Codec | None:
         return None
     if not isinstance(state, dict) or state.get("kind") not in _KINDS:
         raise ValueError(f"not a saved data codec: {str(state)[:80]}")
-    codec = _KINDS[state["kind"]](state)
+    codec = _KINDS[state["kind"]](state, imports)
     if schema is not None:
         codec.check_fits(schema)
     return codec
@@ -580,19 +591,19 @@ def _row_batch(state: dict[str, Any]) -> tuple[int, ...]:
     return tuple(dims)
 
 
-def _tensordict_from_json(state: dict[str, Any]) -> Codec:
+def _tensordict_from_json(state: dict[str, Any], imports: bool) -> Codec:
     return TensorDictRows(_row_batch(state))
 
 
-def _tensorclass_from_json(state: dict[str, Any]) -> Codec:
+def _tensorclass_from_json(state: dict[str, Any], imports: bool) -> Codec:
     nested = _entry(state, "nested", dict, "a dict of field name to codec")
     subs = {}
     for k, v in nested.items():
         if not isinstance(v, dict) or v.get("kind") != "tensorclass":
             raise ValueError(f"'nested' field {k!r} must be a saved tensorclass codec, got {v!r}")
-        subs[k] = _tensorclass_from_json(v)
+        subs[k] = _tensorclass_from_json(v, imports)
     path = _entry(state, "class", str, "'module:ClassName' of a tensorclass")
-    return TensorClassRows(_import_class(path), _row_batch(state), subs)  # type: ignore[arg-type]
+    return TensorClassRows(_import_class(path, imports), _row_batch(state), subs)  # type: ignore[arg-type]
 
 
 def _sub_schema(schema: Schema, name: str) -> Schema:
@@ -640,7 +651,7 @@ def _spec_keys(spec: pytree.TreeSpec) -> tuple[str, ...]:
     return tuple(pytree.keystr(p) for p, _ in paths)
 
 
-def _tree_from_json(state: dict[str, Any]) -> Codec:
+def _tree_from_json(state: dict[str, Any], imports: bool = False) -> Codec:
     saved = _entry(state, "spec", str, "a structure saved by torch's treespec_dumps")
     keys = _entry(state, "keys", list, "the list of the leaves' keys")
     spec = _load_spec(saved)
@@ -674,7 +685,7 @@ _KINDS.update(
     {
         "tensordict": _tensordict_from_json,
         "tensorclass": _tensorclass_from_json,
-        "tensor": lambda state: TensorRows(),
+        "tensor": lambda state, imports: TensorRows(),
         "pytree": _tree_from_json,
     }
 )

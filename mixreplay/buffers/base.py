@@ -71,7 +71,7 @@ _HOST = torch.device("cpu")
 
 def _new_buffer(cls: type) -> Any:
     """An empty instance of ``cls``, for an unpickled buffer's state to fill."""
-    return cls.__new__(cls)
+    return object.__new__(cls)
 
 
 def make_generator(generator: torch.Generator | int | None) -> torch.Generator:

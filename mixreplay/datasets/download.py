@@ -23,9 +23,9 @@ size a resume cannot tell; the digests above are what catch that.
 An attempt fails when the response head (connecting, the status line and the headers,
 redirects included) is not complete within ``timeout`` seconds, however it trickles in;
 then, in the body, when no byte arrives for ``timeout`` seconds, or fewer than
-:data:`STALL_BYTES` do (a connection that drips a byte at a time). So a call gives up
-within about ``retries`` × 2 × ``timeout`` seconds plus the pauses between attempts,
-whatever the server does. The body is
+:data:`STALL_BYTES` do (a connection that drips a byte at a time). So a server that
+stops sending, or drips, costs a call at most about ``retries`` × 2 × ``timeout``
+seconds plus the pauses between attempts. The body is
 streamed to disk as it arrives (bounded memory); a file larger than the free space
 is refused before a byte is written, and a write that fails (a full disk) ends the
 download at once, keeping what was written. After ``retries`` attempts the partial

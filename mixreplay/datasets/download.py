@@ -24,7 +24,7 @@ An attempt fails when the response head (connecting, the status line and the hea
 redirects included) is not complete within ``timeout`` seconds, however it trickles in;
 then, in the body, when no byte arrives for ``timeout`` seconds, or fewer than
 :data:`STALL_BYTES` do (a connection that drips a byte at a time). So a server that
-stops sending, or drips, costs a call at most about ``retries`` × 2 × ``timeout``
+stops sending, or drips, costs a call at most about ``retries`` × 3 × ``timeout``
 seconds plus the pauses between attempts. The body is
 streamed to disk as it arrives (bounded memory); a file larger than the free space
 is refused before a byte is written, and a write that fails (a full disk) ends the

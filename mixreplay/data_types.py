@@ -32,9 +32,11 @@ from __future__ import annotations
 
 import abc
 import collections
+import dataclasses
 import importlib
+import sys
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, is_tensorclass
@@ -42,6 +44,9 @@ from torch.utils import _pytree as pytree
 
 from mixreplay.errors import CheckpointError, DataStructureError, MixreplayError
 from mixreplay.layout import new_tensordict
+
+if TYPE_CHECKING:
+    from mixreplay.schema import Schema
 
 __all__ = [
     "Codec",
@@ -83,6 +88,11 @@ class Codec(abc.ABC):
     @abc.abstractmethod
     def describe(self) -> str:
         """A few words for error messages: what this storage holds."""
+
+    @abc.abstractmethod
+    def check_fits(self, schema: Schema) -> None:
+        """Raise ``ValueError`` unless rows of ``schema`` decode as this codec's type (a
+        saved codec is checked against the saved rows: a mismatch would fail every sample)."""
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and other.to_json() == self.to_json()
@@ -162,20 +172,51 @@ class TensorDictRows(Codec):
     def describe(self) -> str:
         return f"TensorDicts [n, {', '.join(map(str, self.row_batch))}]"
 
+    def check_fits(self, schema: Schema) -> None:
+        _check_row_batch(self.row_batch, schema)
+
 
 def _class_path(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def _import_class(path: str) -> type:
-    module, _, qualname = path.partition(":")
+def _check_row_batch(row_batch: tuple[int, ...], schema: Schema) -> None:
+    """Every field of a row of batch ``row_batch`` has a shape that begins with it."""
+    n = len(row_batch)
+    for key, field in schema.items():
+        if tuple(field.shape[:n]) != row_batch:
+            raise ValueError(
+                f"'row_batch' is {list(row_batch)}, but the rows' key {'.'.join(key)} has shape "
+                f"{list(field.shape)}, which does not begin with it"
+            )
+
+
+def _import_class(path: str, imports: bool = False) -> type:
+    """The tensorclass saved as ``module:qualname``, from a module this process has imported
+    (or imports now, with ``imports``).
+
+    A checkpoint never imports code: a module that is not imported yet is refused (its
+    import could do anything), and so is anything that is not a tensorclass.
+    """
+    module, sep, qualname = path.partition(":")
     if "<locals>" in qualname:
         raise ImportError(f"{path} is defined inside a function")
-    obj: Any = importlib.import_module(module)
+    if not sep or not all(p.isidentifier() for p in (*module.split("."), *qualname.split("."))):
+        raise ValueError(f"'class' must be 'module:ClassName', got {path!r}")
+    obj: Any = sys.modules.get(module)
+    if obj is None and imports:
+        obj = importlib.import_module(module)
+    if obj is None:
+        raise ImportError(
+            f"its module {module} is not imported, and a checkpoint never imports code: "
+            f"import {module} before loading"
+        )
     for part in qualname.split("."):
-        obj = getattr(obj, part)
-    if not isinstance(obj, type):
-        raise ImportError(f"{path} is not a class")
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise ImportError(f"{module} has no {qualname}")
+    if not isinstance(obj, type) or not is_tensorclass(obj):
+        raise ValueError(f"'class' names {path}, which is not a tensorclass")
     return obj
 
 
@@ -230,6 +271,24 @@ class TensorClassRows(Codec):
         dims = "".join(f", {d}" for d in self.row_batch)
         return f"{self.cls.__name__} instances [n{dims}]"
 
+    def check_fits(self, schema: Schema) -> None:
+        _check_row_batch(self.row_batch, schema)
+        fields = {f.name for f in dataclasses.fields(self.cls)}
+        for key in schema:
+            if key[0] not in fields:
+                raise ValueError(
+                    f"'class' is {_class_path(self.cls)}, which has no field {key[0]!r} (its "
+                    f"fields: {sorted(fields)}), but the rows hold it"
+                )
+        for name, sub in self.nested.items():
+            inner = _sub_schema(schema, name)
+            if name not in fields or not len(inner):
+                raise ValueError(
+                    f"'nested' names the field {name!r}, which the rows or "
+                    f"{_class_path(self.cls)} do not hold as a nested tensorclass"
+                )
+            sub.check_fits(inner)
+
 
 class TensorRows(Codec):
     """Bare tensors ``[n, ...]``: each row a tensor."""
@@ -250,6 +309,13 @@ class TensorRows(Codec):
     def describe(self) -> str:
         return "tensors [n, ...]"
 
+    def check_fits(self, schema: Schema) -> None:
+        if list(schema) != [(TENSOR_KEY,)]:
+            raise ValueError(
+                f"the codec is 'tensor' (rows of one key {TENSOR_KEY!r}), but the rows hold the "
+                f"keys {['.'.join(k) for k in schema]}"
+            )
+
 
 class TreeRows(Codec):
     """Pytrees of tensors (nested dicts, lists, tuples) whose leaves share their first dim."""
@@ -269,8 +335,10 @@ class TreeRows(Codec):
         return type(other) is type(self) and (other.spec, other.keys) == (self.spec, self.keys)
 
     def __reduce__(self) -> Any:
-        # as JSON: pickling a TreeSpec object trips torch's deprecation of LeafSpec
-        return (_tree_from_json, (self.to_json(),))
+        # the structure as nested tuples of node types and contexts: pickling a TreeSpec
+        # object trips torch's deprecation of LeafSpec, and JSON cannot name every node type
+        # (a namedtuple): pickle and deepcopy give back exactly this structure
+        return (_tree_from_parts, (_spec_parts(self.spec), self.keys))
 
     def __hash__(self) -> int:
         return hash(self.keys)
@@ -305,6 +373,11 @@ class TreeRows(Codec):
 
     def describe(self) -> str:
         return f"pytrees {self.spec}".replace("\n", "")
+
+    def check_fits(self, schema: Schema) -> None:
+        held = [".".join(k) for k in schema]
+        if sorted(held) != sorted(self.keys):
+            raise ValueError(f"'keys' are {list(self.keys)}, but the rows hold the keys {held}")
 
 
 def _leading_rows(leaves: list[Any], keys: tuple[str, ...]) -> int:
@@ -459,7 +532,8 @@ def to_rows(data: Any, codec: Codec | None, first: bool) -> tuple[TensorDictBase
     return codec.encode(data), codec
 
 
-_KINDS: dict[str, Callable[[dict[str, Any]], Codec]] = {}
+#: how each kind of codec is read back: ``(state, imports) -> Codec``
+_KINDS: dict[str, Callable[[dict[str, Any], bool], Codec]] = {}
 
 
 def explain_write_error(data: Any, err: RuntimeError) -> Exception | None:
@@ -473,26 +547,72 @@ def explain_write_error(data: Any, err: RuntimeError) -> Exception | None:
     return None
 
 
-def codec_from_json(state: Any) -> Codec | None:
+def codec_from_json(
+    state: Any, schema: Schema | None = None, *, imports: bool = False
+) -> Codec | None:
     """Rebuild a codec saved by :meth:`Codec.to_json` (``None`` stays ``None``).
 
-    Raises ``ValueError`` for a state that cannot be read, ``ImportError`` for a
-    tensorclass that cannot be imported.
+    With ``schema`` (the saved rows'), the codec must also fit those rows
+    (:meth:`Codec.check_fits`), so that a crafted codec is refused here rather than
+    accepted and then failing every ``sample()``.
+
+    A tensorclass is looked up in the modules this process has imported: a checkpoint
+    never imports code. ``imports=True`` imports its module (what the program itself
+    wrote, e.g. a shared storage's header read in a process it started).
+
+    Raises ``ValueError`` for a state that cannot be read or does not fit the rows
+    (naming the field), ``ImportError`` for a tensorclass that cannot be imported.
     """
     if state is None:
         return None
     if not isinstance(state, dict) or state.get("kind") not in _KINDS:
         raise ValueError(f"not a saved data codec: {str(state)[:80]}")
-    return _KINDS[state["kind"]](state)
+    codec = _KINDS[state["kind"]](state, imports)
+    if schema is not None:
+        codec.check_fits(schema)
+    return codec
 
 
-def _tensordict_from_json(state: dict[str, Any]) -> Codec:
-    return TensorDictRows(tuple(state["row_batch"]))
+def _entry(state: dict[str, Any], name: str, kind: type, what: str) -> Any:
+    """``state[name]``, which a ``state["kind"]`` codec must hold, as ``kind``."""
+    if name not in state:
+        raise ValueError(f"a saved {state['kind']} codec must hold {name!r} ({what}); it has none")
+    value = state[name]
+    if not isinstance(value, kind):
+        raise ValueError(f"{name!r} of a saved {state['kind']} codec must be {what}, got {value!r}")
+    return value
 
 
-def _tensorclass_from_json(state: dict[str, Any]) -> Codec:
-    nested = {k: _tensorclass_from_json(v) for k, v in state.get("nested", {}).items()}
-    return TensorClassRows(_import_class(state["class"]), tuple(state["row_batch"]), nested)  # type: ignore[arg-type]
+def _row_batch(state: dict[str, Any]) -> tuple[int, ...]:
+    what = "a list of ints >= 0"
+    dims = _entry(state, "row_batch", list, what)
+    if not all(type(d) is int and d >= 0 for d in dims):
+        raise ValueError(f"'row_batch' of a saved {state['kind']} codec must be {what}, got {dims}")
+    return tuple(dims)
+
+
+def _tensordict_from_json(state: dict[str, Any], imports: bool) -> Codec:
+    return TensorDictRows(_row_batch(state))
+
+
+def _tensorclass_from_json(state: dict[str, Any], imports: bool) -> Codec:
+    nested = _entry(state, "nested", dict, "a dict of field name to codec")
+    subs = {}
+    for k, v in nested.items():
+        if not isinstance(v, dict) or v.get("kind") != "tensorclass":
+            raise ValueError(f"'nested' field {k!r} must be a saved tensorclass codec, got {v!r}")
+        subs[k] = _tensorclass_from_json(v, imports)
+    path = _entry(state, "class", str, "'module:ClassName' of a tensorclass")
+    return TensorClassRows(_import_class(path, imports), _row_batch(state), subs)  # type: ignore[arg-type]
+
+
+def _sub_schema(schema: Schema, name: str) -> Schema:
+    """The fields of ``schema`` under the key ``name``, keyed below it."""
+    from mixreplay.schema import Field, Schema
+
+    return Schema(
+        Field(k[1:], f.shape, f.dtype) for k, f in schema.items() if k[0] == name and len(k) > 1
+    )
 
 
 def _as_key(value: Any) -> Any:
@@ -525,15 +645,47 @@ def _load_spec(saved: str) -> pytree.TreeSpec:
     return _with_keys(pytree.treespec_loads(saved))
 
 
-def _tree_from_json(state: dict[str, Any]) -> Codec:
-    return TreeRows(_load_spec(state["spec"]), tuple(state["keys"]))
+def _spec_keys(spec: pytree.TreeSpec) -> tuple[str, ...]:
+    """The keys of the leaves of a structure, in order (what :meth:`TreeRows.of` names)."""
+    paths, _ = pytree.tree_flatten_with_path(pytree.tree_unflatten([0] * spec.num_leaves, spec))
+    return tuple(pytree.keystr(p) for p, _ in paths)
+
+
+def _tree_from_json(state: dict[str, Any], imports: bool = False) -> Codec:
+    saved = _entry(state, "spec", str, "a structure saved by torch's treespec_dumps")
+    keys = _entry(state, "keys", list, "the list of the leaves' keys")
+    spec = _load_spec(saved)
+    expected = _spec_keys(spec)
+    if list(expected) != keys:
+        raise ValueError(
+            f"'keys' are {keys}, but the saved 'spec' names the leaves {list(expected)}"
+        )
+    return TreeRows(spec, expected)
+
+
+def _spec_parts(spec: pytree.TreeSpec) -> Any:
+    """A structure as nested ``(node type, context, children)`` (``None``: a leaf)."""
+    if spec.is_leaf():
+        return None
+    return (spec.type, spec.context, [_spec_parts(c) for c in spec.children()])
+
+
+def _spec_from_parts(parts: Any) -> pytree.TreeSpec:
+    if parts is None:
+        return pytree.treespec_leaf()
+    node, context, children = parts
+    return pytree.TreeSpec(node, context, [_spec_from_parts(c) for c in children])
+
+
+def _tree_from_parts(parts: Any, keys: tuple[str, ...]) -> TreeRows:
+    return TreeRows(_spec_from_parts(parts), tuple(keys))
 
 
 _KINDS.update(
     {
         "tensordict": _tensordict_from_json,
         "tensorclass": _tensorclass_from_json,
-        "tensor": lambda state: TensorRows(),
+        "tensor": lambda state, imports: TensorRows(),
         "pytree": _tree_from_json,
     }
 )

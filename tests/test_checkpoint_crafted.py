@@ -9,16 +9,19 @@ The checks live with the owners of the state (schema parsing, samplers, storages
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import logging
 import random
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tensordict import TensorDict, tensorclass
 
 from mixreplay import (
     CheckpointError,
@@ -477,3 +480,183 @@ def _get(obj, path):
     for p in path:
         obj = obj[p]
     return obj
+
+
+# -- the saved data type (the storage's codec) --------------------------------------------
+
+
+@tensorclass
+class Obs:
+    a: torch.Tensor
+    b: torch.Tensor
+
+
+def _obs(n=10):
+    return Obs(a=torch.arange(float(n)).unsqueeze(-1), b=torch.ones(n, 2), batch_size=[n])
+
+
+def _tree(n=10):
+    return {"p": torch.zeros(n, 1), "q": torch.ones(n, 2)}
+
+
+def _codec(state):
+    return state["storage"]["codec"]
+
+
+def _spec_renaming(old, new):
+    """An edit of the saved structure (its dict keys are JSON inside JSON: quotes escaped)."""
+    return lambda s: _codec(s).update(spec=_codec(s)["spec"].replace(old, new))
+
+
+CODECS = {
+    "a tensorclass codec naming a dict class": (
+        _obs,
+        lambda s: _codec(s).update({"class": "collections:OrderedDict"}),
+        r"\('codec'\) is invalid: 'class' names collections:OrderedDict, which is not a "
+        r"tensorclass",
+    ),
+    "a tensorclass codec naming TensorDict": (
+        _obs,
+        lambda s: _codec(s).update({"class": "tensordict:TensorDict"}),
+        r"'class' names tensordict:TensorDict, which is not a tensorclass",
+    ),
+    "a tensorclass codec naming a function": (
+        _obs,
+        lambda s: _codec(s).update({"class": "json:dumps"}),
+        r"'class' names json:dumps, which is not a tensorclass",
+    ),
+    "a tensorclass codec naming no class": (
+        _obs,
+        lambda s: _codec(s).update({"class": "os.system"}),
+        r"'class' must be 'module:ClassName', got 'os.system'",
+    ),
+    "a tensorclass codec without its class": (
+        _obs,
+        lambda s: _codec(s).pop("class"),
+        r"a saved tensorclass codec must hold 'class' \('module:ClassName' of a tensorclass\)",
+    ),
+    "a tensorclass codec with another row batch": (
+        _obs,
+        lambda s: _codec(s).update(row_batch=[3]),
+        r"'row_batch' is \[3\], but the rows' key a has shape \[1\], which does not begin with it",
+    ),
+    "a tensorclass codec with a row batch that is not a list": (
+        _obs,
+        lambda s: _codec(s).update(row_batch=3),
+        r"'row_batch' of a saved tensorclass codec must be a list of ints >= 0, got 3",
+    ),
+    "a tensorclass codec naming a nested field the rows lack": (
+        _obs,
+        lambda s: _codec(s)["nested"].update(
+            a={"kind": "tensorclass", "class": _codec(s)["class"], "row_batch": [], "nested": {}}
+        ),
+        r"'nested' names the field 'a', which the rows or .*Obs do not hold as a nested",
+    ),
+    "a tensordict codec with a row batch the rows lack": (
+        lambda n=10: TensorDict({"x": torch.zeros(n, 2, 3)}, [n, 2]),
+        lambda s: _codec(s).update(row_batch=[3]),
+        r"'row_batch' is \[3\], but the rows' key x has shape \[2, 3\]",
+    ),
+    "pytree keys swapped": (
+        _tree,
+        lambda s: _codec(s).update(keys=list(reversed(_codec(s)["keys"]))),
+        r"'keys' are \[\"\['q'\]\", \"\['p'\]\"\], but the saved 'spec' names the leaves "
+        r"\[\"\['p'\]\", \"\['q'\]\"\]",
+    ),
+    "pytree keys renamed": (
+        _tree,
+        lambda s: _codec(s).update(keys=["['zz']", "['q']"]),
+        r"'keys' are \[\"\['zz'\]\", \"\['q'\]\"\], but the saved 'spec' names the leaves",
+    ),
+    "pytree spec made a list": (
+        _tree,
+        _spec_renaming('"builtins.dict"', '"builtins.list"'),
+        r"but the saved 'spec' names the leaves \['\[0\]', '\[1\]'\]",
+    ),
+    "pytree spec and keys renamed alike": (
+        _tree,
+        lambda s: (
+            _spec_renaming('\\"p\\"', '\\"zz\\"')(s),
+            _codec(s).update(keys=["['zz']", "['q']"]),
+        ),
+        r"'keys' are \[\"\['zz'\]\", \"\['q'\]\"\], but the rows hold the keys "
+        r"\[\"\['p'\]\", \"\['q'\]\"\]",
+    ),
+    "a pytree codec without its keys": (
+        _tree,
+        lambda s: _codec(s).pop("keys"),
+        r"a saved pytree codec must hold 'keys' \(the list of the leaves' keys\); it has none",
+    ),
+    "a pytree codec whose spec is not a string": (
+        _tree,
+        lambda s: _codec(s).update(spec=[1]),
+        r"'spec' of a saved pytree codec must be a structure saved by torch's treespec_dumps, "
+        r"got \[1\]",
+    ),
+    "a tensor codec on rows without a 'tensor' key": (
+        _tree,
+        lambda s: s["storage"].update(codec={"kind": "tensor"}),
+        r"the codec is 'tensor' \(rows of one key 'tensor'\), but the rows hold the keys "
+        r"\[\"\['p'\]\", \"\['q'\]\"\]",
+    ),
+}
+
+
+def _codec_buffers(data):
+    fresh = ReplayBuffer(storage=LazyTensorStorage(20), batch_size=4, generator=0)
+    filled = ReplayBuffer(storage=LazyTensorStorage(20), batch_size=4, generator=0)
+    filled.extend(data(3))
+    return fresh, filled
+
+
+@pytest.mark.parametrize("what", sorted(CODECS))
+def test_a_crafted_codec_is_refused_naming_the_field_and_changes_nothing(tmp_path, what):
+    data, edit, match = CODECS[what]
+    rb = ReplayBuffer(storage=LazyTensorStorage(20), batch_size=4, generator=0)
+    rb.extend(data())
+    rb.dumps(tmp_path / "ck")
+    _rewrite(tmp_path / "ck", edit)
+    for target in _codec_buffers(data):
+        before = target.state_dict()
+        with pytest.raises(CheckpointError, match=match):
+            target.load_state_dict(load_state(tmp_path / "ck"))
+        assert_state_equal(before, target.state_dict())
+        with pytest.raises(CheckpointError, match=rf"cannot load .*storage: .*{match}"):
+            target.loads(tmp_path / "ck")
+        assert_state_equal(before, target.state_dict())
+        if len(target):
+            assert type(target.sample()) is type(data(1))  # still usable
+
+
+def test_a_checkpoint_never_imports_the_module_its_tensorclass_names(tmp_path, monkeypatch):
+    module = "mixreplay_crafted_side_effect"
+    marker = tmp_path / "imported"
+    (tmp_path / f"{module}.py").write_text(
+        "import pathlib\n"
+        "import torch\n"
+        "from tensordict import tensorclass\n"
+        f"pathlib.Path({str(marker)!r}).write_text('side effect')\n"
+        "@tensorclass\n"
+        "class Obs:\n"
+        "    a: torch.Tensor\n"
+        "    b: torch.Tensor\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    rb = ReplayBuffer(storage=LazyTensorStorage(20), batch_size=4, generator=0)
+    rb.extend(_obs())
+    rb.dumps(tmp_path / "ck")
+    _rewrite(tmp_path / "ck", lambda s: _codec(s).update({"class": f"{module}:Obs"}))
+    fresh = ReplayBuffer(storage=LazyTensorStorage(20), batch_size=4, generator=0)
+    with pytest.raises(
+        CheckpointError,
+        match=rf"the saved rows are {module}:Obs instances, and that class cannot be imported "
+        rf"\(its module {module} is not imported, and a checkpoint never imports code: import "
+        rf"{module} before loading\)",
+    ):
+        fresh.loads(tmp_path / "ck")
+    assert not marker.exists() and module not in sys.modules and len(fresh) == 0
+    # imported by the program itself, the class is found and the rows load as it
+    imported = importlib.import_module(module)
+    fresh.loads(tmp_path / "ck")
+    assert type(fresh.sample()) is imported.Obs and len(fresh) == 10

@@ -32,6 +32,7 @@ takes no lock of its own.
 from __future__ import annotations
 
 import contextlib
+import copy as _copy
 import hashlib
 import logging
 import operator
@@ -39,6 +40,7 @@ import os
 import weakref
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
+from multiprocessing.context import get_spawning_popen
 from typing import Any, Generic, TypeVar
 
 import torch
@@ -65,6 +67,11 @@ log = logging.getLogger(__name__)
 R = TypeVar("R")
 
 _HOST = torch.device("cpu")
+
+
+def _new_buffer(cls: type) -> Any:
+    """An empty instance of ``cls``, for an unpickled buffer's state to fill."""
+    return object.__new__(cls)
 
 
 def make_generator(generator: torch.Generator | int | None) -> torch.Generator:
@@ -536,12 +543,37 @@ class BufferBase(Generic[R]):
         self.close()
 
     def __getstate__(self) -> dict[str, Any]:
+        """The fields a copy is made of, as they are (shared): :meth:`__deepcopy__` and
+        :meth:`__reduce_ex__` read them under :meth:`state_lock` and copy them there."""
         self._discard_prefetched()  # the copy redraws them: the same batches
         state = self.__dict__.copy()
         state["_prefetcher"] = None  # a thread does not pickle; the copy starts its own
         state.pop("_iterator", None)  # nor does a generator object
         state.pop("_readers", None)  # the buffers reading this one: the copy has its own
         return state
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Pickle one state of the buffer: its fields deep-copied under :meth:`state_lock`.
+
+        A collector extending meanwhile waits, so the copy's rows, cursor, counts and
+        sampler state (a priority tree) are those of one moment. Sent to a process being
+        started (a shared buffer's collector), the fields go as they are: the rows are
+        shared, not copied.
+        """
+        if get_spawning_popen() is not None:
+            return super().__reduce_ex__(protocol)
+        with self.state_lock():  # pauses prefetching first (the lock order above)
+            state = _copy.deepcopy(self.__getstate__())
+        return (_new_buffer, (type(self),), state)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        """A copy of one state of the buffer (see :meth:`__reduce_ex__`)."""
+        twin = type(self).__new__(type(self))
+        memo[id(self)] = twin
+        with self.state_lock():
+            state = _copy.deepcopy(self.__getstate__(), memo)
+        twin.__setstate__(state)
+        return twin
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("_device_generators", {})  # pickled by a version without them

@@ -20,8 +20,12 @@ validator) the partial file is dropped and the download starts over, so two
 versions of a file are never spliced. With neither a validator nor a change of
 size a resume cannot tell; the digests above are what catch that.
 
-An attempt fails when no byte arrives for ``timeout`` seconds, or fewer than
-:data:`STALL_BYTES` do (a connection that drips a byte at a time). The body is
+An attempt fails when the response head (connecting, the status line and the headers,
+redirects included) is not complete within ``timeout`` seconds, however it trickles in;
+then, in the body, when no byte arrives for ``timeout`` seconds, or fewer than
+:data:`STALL_BYTES` do (a connection that drips a byte at a time). So a server that
+stops sending, or drips, costs a call at most about ``retries`` × 3 × ``timeout``
+seconds plus the pauses between attempts. The body is
 streamed to disk as it arrives (bounded memory); a file larger than the free space
 is refused before a byte is written, and a write that fails (a full disk) ends the
 download at once, keeping what was written. After ``retries`` attempts the partial
@@ -40,11 +44,13 @@ import contextlib
 import errno
 import hashlib
 import http.client
+import io
 import json
 import logging
 import os
 import re
 import shutil
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -66,6 +72,115 @@ RETRY_DELAY_S = 1.0
 STALL_BYTES = 1024
 
 _CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)")
+
+
+class _Slow(TimeoutError):
+    """An attempt that took too long, in words (the head's deadline, a stalled body)."""
+
+
+class _Deadline:
+    """When the response head must be complete; lifted once it is (the body has its own rule)."""
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+        self.at: float | None = time.monotonic() + timeout
+
+    def left(self) -> float:
+        """The longest the next connect or read may wait (raises once the deadline passed)."""
+        if self.at is None:
+            return self.timeout
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise self.expired()
+        return min(left, self.timeout)
+
+    def expired(self) -> _Slow:
+        return _Slow(
+            f"no complete response head (status line and headers) within {self.timeout:g} s "
+            f"(timeout={self.timeout:g})"
+        )
+
+    def lift(self) -> None:
+        self.at = None
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's reads, each waiting at most until the deadline (a socket's own timeout
+    is per read: a server dripping a byte at a time would never hit it)."""
+
+    def __init__(self, sock: socket.socket, deadline: _Deadline):
+        super().__init__()
+        self._sock, self._deadline = sock, deadline
+        self._raw = sock.makefile("rb", buffering=0)  # counted as a user of the socket
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        self._sock.settimeout(self._deadline.left())
+        try:
+            return self._raw.readinto(buffer)
+        except TimeoutError:
+            if self._deadline.at is not None:  # a read waits at most until the deadline
+                raise self._deadline.expired() from None
+            raise
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()
+        super().close()
+
+
+class _DeadlineSocket:
+    """What ``HTTPResponse`` reads a socket through: :class:`_DeadlineReader`."""
+
+    def __init__(self, sock: socket.socket, deadline: _Deadline):
+        self._sock, self._deadline = sock, deadline
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
+
+
+class _HeadDeadline:
+    """A connection whose connect and response head share one deadline."""
+
+    _deadline: _Deadline
+    timeout: float | None
+
+    def connect(self) -> None:
+        self.timeout = self._deadline.left()
+        try:
+            super().connect()  # type: ignore[misc]
+        except TimeoutError:
+            raise self._deadline.expired() from None
+
+    def response_class(self, sock: socket.socket, *args: Any, **kwargs: Any) -> Any:
+        return http.client.HTTPResponse(
+            _DeadlineSocket(sock, self._deadline),  # type: ignore[arg-type]
+            *args,
+            **kwargs,
+        )
+
+
+def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
+    """urllib's opener (redirects, proxies) with connections bound by ``deadline``."""
+
+    def bound(base: Any) -> Any:
+        return type(f"Deadline{base.__name__}", (_HeadDeadline, base), {"_deadline": deadline})
+
+    class HTTP(urllib.request.HTTPHandler):
+        def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
+            return super().do_open(bound(http_class), req, **kwargs)
+
+    handlers: list[Any] = [HTTP()]
+    if hasattr(urllib.request, "HTTPSHandler"):  # Python built with ssl
+
+        class HTTPS(urllib.request.HTTPSHandler):
+            def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
+                return super().do_open(bound(http_class), req, **kwargs)
+
+        handlers.append(HTTPS())
+    return urllib.request.build_opener(*handlers)
 
 
 def _part(dest: Path) -> Path:
@@ -248,10 +363,12 @@ def _download(
             validator = state.get("validator")
             if validator and not validator.startswith("W/"):  # If-Range takes strong ones only
                 headers["If-Range"] = validator
+        deadline = _Deadline(timeout)
         try:
-            with urllib.request.urlopen(  # noqa: S310 - the scheme is checked above
+            with _opener(deadline).open(  # the scheme is checked above
                 urllib.request.Request(url, headers=headers), timeout=timeout
             ) as resp:
+                deadline.lift()  # the head is in: the body's own stall rule applies
                 total, have = _start(resp, url, part, have, state, report)
                 if have == 0:  # the whole file: digests announced for another copy are void
                     announced.clear()
@@ -316,9 +433,10 @@ def _download(
 def _describe(err: BaseException, timeout: float) -> str:
     """What went wrong with an attempt, in words (a timeout says how long it waited)."""
     reason = err.reason if isinstance(err, urllib.error.URLError) else err
+    if isinstance(reason, _Slow):
+        return str(reason)
     if isinstance(reason, TimeoutError):
-        text = str(reason)
-        return text if text.startswith("stalled") else f"no data for {timeout:g} s (timeout)"
+        return f"no data for {timeout:g} s (timeout)"
     return f"{type(err).__name__}: {err}"
 
 
@@ -362,7 +480,7 @@ def _receive(
                 now = time.monotonic()
                 if now - window_start >= timeout:
                     if window_bytes < STALL_BYTES:
-                        raise TimeoutError(
+                        raise _Slow(
                             f"stalled: {window_bytes:,} bytes in the last {now - window_start:.1f} "
                             f"s, fewer than {STALL_BYTES:,} per {timeout:g} s (timeout={timeout:g})"
                         )

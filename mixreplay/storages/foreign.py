@@ -121,9 +121,9 @@ class ForeignStorage(RingCounters, Storage):
                 + "; ".join(self._schema.differences(schema, names=("storage", "state")))
             )
         try:
-            codec = codec_from_json(state.get("codec"))
+            codec = codec_from_json(state.get("codec"), schema)
         except (ValueError, KeyError, TypeError, ImportError) as err:
-            raise CheckpointError(f"the saved data type cannot be read ({err})") from None
+            raise CheckpointError(f"the saved data type ('codec') is invalid: {err}") from None
         if self._schema is not None and codec != self.codec:
             raise CheckpointError(
                 "the saved rows were written as another data type than this storage's; load "

@@ -533,7 +533,7 @@ class TensorStorage(RingCounters, PackedStorage):
 
             return restore_empty
         rows = check_saved_rows(state.get("rows"), length, layout.row_words)
-        codec = self._saved_codec(state.get("codec"))
+        codec = self._saved_codec(state.get("codec"), layout.schema)
 
         def restore() -> None:
             if self._rows is None or self._layout != layout:
@@ -545,20 +545,21 @@ class TensorStorage(RingCounters, PackedStorage):
 
         return restore
 
-    def _saved_codec(self, saved: Any) -> Any:
-        """The data type a saved state's rows were written as, checked against this storage's."""
+    def _saved_codec(self, saved: Any, schema: Schema) -> Any:
+        """The data type a saved state's rows (of ``schema``) were written as, checked against
+        those rows and this storage's."""
         mine = self.codec
         if mine is not None and saved == mine.to_json():
             return mine
         try:
-            codec = codec_from_json(saved)
+            codec = codec_from_json(saved, schema)
         except ImportError as err:
             raise CheckpointError(
                 f"the saved rows are {saved.get('class')} instances, and that class cannot be "
                 f"imported ({err}); load them into a storage that already holds that class"
             ) from None
         except (ValueError, KeyError, TypeError, AttributeError) as err:
-            raise CheckpointError(f"the saved data type is unreadable ({err})") from None
+            raise CheckpointError(f"the saved data type ('codec') is invalid: {err}") from None
         if self._layout is not None and codec != mine:
             held = "TensorDict rows" if mine is None else mine.describe()
             got = "TensorDict rows" if codec is None else codec.describe()

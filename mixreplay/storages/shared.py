@@ -185,7 +185,9 @@ class SharedRing:
         )
         self._rows = words.view(self.max_size, layout.row_words)
         self._layout = layout
-        self.__dict__["_codec"] = codec_from_json(header.get("codec"))
+        # written by this program (a process it started reads it): the class's module may
+        # not be imported here yet
+        self.__dict__["_codec"] = codec_from_json(header.get("codec"), imports=True)
         self._mapped_epoch = epoch
         self._adopt_file(header["path"])
 

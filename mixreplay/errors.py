@@ -127,6 +127,12 @@ class LockOrderError(MixreplayError, RuntimeError):
     thread holds: refused, with nothing changed, instead of waiting for ever."""
 
 
+class LockOwnerDiedError(MixreplayError, RuntimeError):
+    """The process holding a shared storage's lock (``shared=True``) died while holding it:
+    the lock can never be released, and the rows it was writing may be torn. Raised to every
+    process waiting for that lock instead of letting it wait for ever."""
+
+
 class BufferActorError(MixreplayError, RuntimeError):
     """The Ray actor hosting a :class:`~mixreplay.distributed.RayReplayBuffer` cannot serve.
 

@@ -33,6 +33,7 @@ def test_exported_members_are_sorted_and_pinned():
         "LazyTensorStorage",
         "ListStorage",
         "LockOrderError",
+        "LockOwnerDiedError",
         "MinSize",
         "MinariExperienceReplay",
         "MissingDependencyError",

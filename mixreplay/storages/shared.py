@@ -28,6 +28,11 @@ file) or by ``fork``. Files: the process that shared the ring removes a rows fil
 ``/dev/shm`` when the ring is collected or the process exits; a ``LazyMemmapStorage``
 keeps TorchRL's rule (its file in ``scratch_dir`` stays unless ``auto_cleanup=True``). A
 process killed before that can leave the file behind, as with any shared memory.
+
+A process that dies holding the lock (killed during a write) never releases it, and the
+rows it was writing may be torn: every call that then waits for the lock raises
+:class:`~mixreplay.errors.LockOwnerDiedError` within about a second, instead of waiting for
+ever (the holder's pid is kept beside the counters); ``len()`` still answers.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import logging
 import multiprocessing
 import os
 import tempfile
+import time
 import uuid
 import weakref
 from multiprocessing.context import get_spawning_popen
@@ -46,7 +52,7 @@ import numpy as np
 import torch
 
 from mixreplay.data_types import codec_from_json
-from mixreplay.errors import DataStructureError
+from mixreplay.errors import DataStructureError, LockOwnerDiedError
 from mixreplay.layout import RowLayout
 from mixreplay.schema import Schema
 from mixreplay.storages.ring import (
@@ -61,7 +67,10 @@ __all__ = ["SharedRing", "is_shared", "share_ring"]
 
 log = logging.getLogger(__name__)
 
-_CURSOR, _LEN, _WRITE_COUNT, _GENERATION, _EPOCH = range(5)
+_CURSOR, _LEN, _WRITE_COUNT, _GENERATION, _EPOCH, _OWNER = range(6)
+
+#: how often a process waiting for the shared lock checks that its holder is alive (seconds)
+OWNER_POLL_S = 0.5
 
 _CONTEXT = multiprocessing.get_context("spawn")  # a lock any start method can carry
 
@@ -83,7 +92,13 @@ def _counter(i: int, doc: str) -> property:
 
 
 class _FollowingLock:
-    """The shared OS lock of a ring; taking it also maps rows another process allocated."""
+    """The shared OS lock of a ring; taking it also maps rows another process allocated.
+
+    The process holding it writes its pid into the shared counters, so that a process
+    waiting for it notices when the holder died (killed mid-write, or exited holding it): an
+    OS lock is not released by a process's death, and the waiter would wait for ever. It
+    then raises :class:`~mixreplay.errors.LockOwnerDiedError` instead.
+    """
 
     __slots__ = ("lock", "ring")
 
@@ -93,30 +108,77 @@ class _FollowingLock:
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         # (a SemLock takes None for "no timeout": -1, threading's spelling, would not block)
-        got = self.lock.acquire(blocking, None if timeout is None or timeout < 0 else timeout)
+        if not blocking:
+            got = self.lock.acquire(False)
+        else:
+            got = self._wait(None if timeout is None or timeout < 0 else timeout)
         if got:
+            counts = self.ring._counts
+            counts[_OWNER] = os.getpid()
             try:
                 self.ring._follow()
             except BaseException:
-                self.lock.release()
+                self.release()
                 raise
         return got
 
+    def _wait(self, timeout: float | None) -> bool:
+        """Take the lock within ``timeout`` seconds (``None``: until taken), checking its holder."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = OWNER_POLL_S if deadline is None else deadline - time.monotonic()
+            if self.lock.acquire(True, max(0.0, min(OWNER_POLL_S, left))):
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            holder = int(self.ring._counts[_OWNER])
+            if holder and holder != os.getpid() and not _alive(holder):
+                raise LockOwnerDiedError(
+                    f"process {holder}, which held the lock of this shared storage "
+                    f"({type(self.ring).__name__}), died while holding it (killed during a "
+                    "write, or exited inside one): the lock can never be released and the rows "
+                    "it was writing may be torn. Create a new storage with shared=True and write "
+                    "again (make writer processes exit between writes, e.g. on a signal handled "
+                    "outside extend())"
+                )
+
     def release(self) -> None:
+        if self.lock._semlock._count() == 1:  # the last hold: no process holds it now
+            self.ring._counts[_OWNER] = 0
         self.lock.release()
+
+    def _is_owned(self) -> bool:
+        """Whether the calling thread holds it (as CPython's ``RLock`` says)."""
+        return bool(self.lock._semlock._is_mine())
 
     def __enter__(self) -> bool:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:
-        self.lock.release()
+        self.release()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):  # no /proc (macOS): kill(pid, 0) said alive
+        return True
+    return state not in (b"Z", b"X")
 
 
 class SharedRing:
     """The shared variant of a ring (a mixin before its class): counters, rows and lock
     shared between processes. Built by :func:`share_ring`, never directly."""
 
-    #: the counters, an ``int64 [5]`` tensor in shared memory
+    #: the counters, an ``int64 [6]`` tensor in shared memory (the last: the pid holding the lock)
     _counters: torch.Tensor
     #: a NumPy view of them (reading one costs ~100 ns; a tensor element ~1 µs)
     _counts: np.ndarray
@@ -353,7 +415,7 @@ def share_ring(storage: Any) -> None:
         )
     ring: Any = storage
     with ring.lock:
-        values = (ring._cursor, ring._len, ring._write_count, ring._generation, 0)
+        values = (ring._cursor, ring._len, ring._write_count, ring._generation, 0, 0)
         counters = torch.tensor(values, dtype=torch.int64).share_memory_()
         header = torch.zeros(_HEADER_BYTES, dtype=torch.uint8).share_memory_()
         old_rows, layout, codec = ring._rows, ring._layout, ring.codec

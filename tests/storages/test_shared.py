@@ -256,3 +256,54 @@ def test_an_ordinary_copy_of_a_shared_buffer_is_a_private_one():
     copy.extend(rows(4, 2))
     assert len(rb) == 4 and len(copy) == 6
     check_whole(copy[:])
+
+
+def die_holding_the_lock(rb, how: str, holding) -> None:
+    """A writer process that dies with the shared lock held: it exits inside the lock, or
+    signals and waits there to be killed (a collector SIGKILLed mid-write)."""
+    rb.storage.lock.acquire()
+    if how == "exit":
+        import os
+
+        os._exit(3)
+    holding.set()
+    time.sleep(DEADLINE_S)
+
+
+def sample_in_thread(rb, out: list) -> None:
+    try:
+        out.append(rb.sample())
+    except BaseException as err:  # handed to the test
+        out.append(err)
+
+
+@pytest.mark.parametrize("how", ["exit", "sigkill"])
+def test_a_writer_dying_with_the_lock_held_is_an_error_not_a_hang(how):
+    """An OS lock outlives its holder: the other processes' calls used to wait for ever."""
+    import threading
+
+    from mixreplay import LockOwnerDiedError
+
+    rb = ReplayBuffer(storage=LazyTensorStorage(100), shared=True, batch_size=4, generator=0)
+    rb.extend(rows(0, 10))
+    holding = CTX.Event()
+    writer = CTX.Process(target=die_holding_the_lock, args=(rb, how, holding))
+    writer.start()
+    try:
+        if how == "sigkill":
+            assert holding.wait(DEADLINE_S)
+            writer.kill()
+        writer.join(DEADLINE_S)
+        assert writer.exitcode is not None
+        out: list = []
+        t = threading.Thread(target=sample_in_thread, args=(rb, out), daemon=True)
+        t.start()
+        t.join(DEADLINE_S)  # the watchdog: only a hang reaches it
+        assert not t.is_alive(), "sample() still waits for the dead writer's lock"
+        assert isinstance(out[0], LockOwnerDiedError), out
+        assert f"process {writer.pid}, which held the lock" in str(out[0])
+        assert len(rb) == 10  # what does not need the lock still answers
+    finally:
+        if writer.is_alive():
+            writer.kill()
+            writer.join(10)

@@ -129,6 +129,11 @@ def main() -> None:
     parser.add_argument("--offline", type=int, default=200_000, help="offline rows")
     parser.add_argument("--online", type=int, default=100_000, help="online rows held")
     parser.add_argument("--dir", default=None, help="scratch directory (default: the temp dir)")
+    parser.add_argument(
+        "--suffix",
+        default="",
+        help="results file bench_versions_<suffix>.json (a second baseline kept beside the first)",
+    )
     args = parser.parse_args()
     roots = {"this": HERE, "baseline": args.baseline.resolve()}
     runs: dict[str, list[dict]] = {"this": [], "baseline": []}
@@ -169,7 +174,7 @@ def main() -> None:
             f"{min(pairs):>8.2f}-{max(pairs):.2f}x"
         )
     write_results(
-        "bench_versions",
+        f"bench_versions_{args.suffix}" if args.suffix else "bench_versions",
         command_line(),
         rows,
         settings={

@@ -32,9 +32,9 @@ def reference():
 #: programs that stop on mixreplay, each with where and why (strict: they must still fail)
 STOPS = {
     "rb_tutorial": (
-        "rb_tutorial.py line 234, buffer_lazymemmap._storage._storage['a'].filename "
+        "rb_tutorial.py line 232, buffer_lazymemmap._storage._storage['a'].filename "
         "(AttributeError): TorchRL's memory-mapped leaves, a private attribute (docs/torchrl.md, "
-        "'TorchRL's private attributes and internals'); TorchRL itself stops at line 525 "
+        "'TorchRL's private attributes and internals'); TorchRL itself stops at line 523 "
         "(its prioritized cell)"
     ),
 }

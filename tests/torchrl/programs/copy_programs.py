@@ -64,7 +64,9 @@ for folder, names in {
 }.items():
     for name in names:
         FILES[f"{folder}/{name}"] = f"sota-implementations/{folder}/{name}"
-for name in ["coding_ddpg.py", "rb_tutorial.py"]:
+# (the replay-buffer tutorial is not copied here: the port's copy, tests/torchrl/rb/rb_tutorial.py,
+# is the same file, and run_program.py runs that one)
+for name in ["coding_ddpg.py"]:
     FILES[f"tutorials/{name}"] = f"tutorials/sphinx-tutorials/{name}"
 
 #: the replay-buffer names ``_target.py`` provides (TorchRL's, or mixreplay's)

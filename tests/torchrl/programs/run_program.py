@@ -309,9 +309,9 @@ PROGRAMS: dict[str, Program] = {
         torchrl_blocked=PRB_DEFAULT,
     ),
     "rb_tutorial": Program(
-        "tutorials/rb_tutorial.py",
+        "../rb/rb_tutorial.py",  # the port's copy: the port runs it cell by cell, this whole
         substitutions=(),
-        torchrl_blocked="its prioritized cells (line 525 on): " + PRB_DEFAULT,
+        torchrl_blocked="its prioritized cells (line 523 on): " + PRB_DEFAULT,
     ),
     "dqn": Program(
         "dqn/dqn_cartpole.py",

@@ -660,3 +660,18 @@ def test_a_checkpoint_never_imports_the_module_its_tensorclass_names(tmp_path, m
     imported = importlib.import_module(module)
     fresh.loads(tmp_path / "ck")
     assert type(fresh.sample()) is imported.Obs and len(fresh) == 10
+
+
+@pytest.mark.parametrize("value", [1, 3, 2**31, 2**63])
+def test_a_saved_batch_size_the_sampler_cannot_draw_is_refused(value):
+    """TorchRL's "_batch_size" is restored by a load: one its slice sampler cannot draw (not a
+    multiple of slice_len) or no batch at all (2**63) loaded, then every sample() failed."""
+    rb = _slices(None)
+    _write(rb, 0, 12)
+    state = rb.state_dict()
+    state["_batch_size"] = value
+    before = rb.state_dict()
+    with pytest.raises(CheckpointError, match=f"_batch_size {value} is not a batch"):
+        rb.load_state_dict(state)
+    assert_state_equal(before, rb.state_dict())
+    rb.sample()

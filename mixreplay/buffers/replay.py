@@ -30,6 +30,9 @@ from mixreplay.storages.ring import LazyTensorStorage
 from mixreplay.storages.shared import is_shared, share_ring
 from mixreplay.transforms import Inverted, Transform
 
+#: the largest batch a checkpoint may set: a larger value is corrupt, not a batch anyone draws
+_MOST_BATCH_ROWS = 2**31 - 1
+
 __all__ = ["DEFAULT_CAPACITY", "ReplayBuffer", "Sampled", "check_batch_size", "make_generator"]
 
 log = logging.getLogger(__name__)
@@ -856,6 +859,14 @@ class ReplayBuffer(BufferBase[Sampled]):
                 batch_size = check_batch_size(batch_size, name="_batch_size")
             except (TypeError, ValueError) as err:
                 raise CheckpointError(f"{err}; the checkpoint is corrupt") from None
+            unit = self._sampler.unit
+            if batch_size > _MOST_BATCH_ROWS or batch_size % unit:
+                raise CheckpointError(
+                    f"_batch_size {batch_size} is not a batch this buffer's sampler "
+                    f"({self._sampler!r}) can draw: at most {_MOST_BATCH_ROWS:,} rows, a multiple "
+                    f"of {unit}; the checkpoint is corrupt, or was saved by a buffer with another "
+                    "sampler"
+                )
 
         def apply() -> None:
             self._batch_size = batch_size

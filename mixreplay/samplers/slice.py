@@ -951,9 +951,8 @@ class _SliceIndex:
                 self.keys = keys
                 self.cut[:n] = self._flags(storage, 0, n)
             self.cut[(storage.cursor - 1) % cap] = True  # the newest row
-            column_ends = getattr(storage, "column_ends", None)
-            if column_ends is not None:  # a grid's columns: no slice runs from one into the next
-                self.cut[column_ends] = True
+            if isinstance(storage, _Columns):  # a grid's columns: no slice runs into the next
+                self.cut[storage.column_ends] = True
             if n < L:
                 pass  # no whole slice fits in the rows held
             elif L > 1:

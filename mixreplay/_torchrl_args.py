@@ -56,8 +56,9 @@ UNSUPPORTED: TorchRLTable = {
     ),
     "dim_extend": (
         (None, 0),
-        "extend rows along dim 0; flatten a [N, T] batch first with "
-        "data.reshape(-1) (each env's steps stay consecutive)",
+        "an ndim=1 storage is extended along dim 0: flatten a [N, T] batch first with "
+        "data.reshape(-1) (each env's steps stay consecutive), or build the storage with "
+        "ndim=2 (then dim_extend=1 writes [n_envs, T] batches as TorchRL does)",
     ),
     "checkpointer": ((None,), "save and restore with rb.dumps(path) / rb.loads(path)"),
     "consume_after_n_samples": (
@@ -161,7 +162,8 @@ UNSUPPORTED_STORAGE_METHODS: dict[str, str] = {
     "register_load_hook": _HOOKS,
     "checkpointer": "storages save with dumps(path) / loads(path) in mixreplay's own format",
     "attach": "samplers are attached by the buffer that holds the storage",
-    "flatten": "a mixreplay storage is already one-dimensional (ndim=1)",
+    "flatten": "a mixreplay storage keeps its rows flat: storage[:].reshape(-1) gives an "
+    "ndim=2 grid's elements as rows",
 }
 
 

@@ -26,7 +26,7 @@ from mixreplay.rate_limit import check_timeout, make_gate, write_limited
 from mixreplay.samplers import RandomSampler, Sampler
 from mixreplay.storages.base import Storage
 from mixreplay.storages.foreign import adapt_storage, looks_like_storage
-from mixreplay.storages.ring import LazyTensorStorage
+from mixreplay.storages.ring import LazyTensorStorage, grid_rows, leading_dims
 from mixreplay.storages.shared import is_shared, share_ring
 from mixreplay.transforms import Inverted, Transform
 
@@ -111,6 +111,32 @@ def _no_rows(data: Any) -> bool:
     if shape is None and isinstance(data, torch.Tensor):
         shape = data.shape
     return shape is not None and len(shape) > 0 and shape[0] == 0
+
+
+def _check_dim_extend(owner: str, dim_extend: Any, ndim: int) -> int:
+    """TorchRL's ``dim_extend`` for a storage of ``ndim`` dims: ``ndim - 1`` by default."""
+    if dim_extend is None:
+        return ndim - 1
+    if ndim == 1:
+        check_unsupported(owner, {"dim_extend": dim_extend})  # 0, or refused naming the way
+        return 0
+    if isinstance(dim_extend, bool) or not isinstance(dim_extend, int) or dim_extend < 0:
+        raise ValueError(f"dim_extend must be a positive value (0 or 1), got {dim_extend!r}")
+    if dim_extend >= ndim:
+        raise ValueError(
+            f"dim_extend={dim_extend} is not a dim of the storage's ndim={ndim} grid: pass 0 "
+            "(data [n, width]) or 1 (data [width, n], a collector's [n_envs, T] batch)"
+        )
+    return dim_extend
+
+
+def _transpose(data: Any, dim: int) -> Any:
+    """``data`` with dims ``dim`` and 0 swapped (TorchRL's ``rb._transpose``)."""
+    if isinstance(data, torch.Tensor) or data_types.is_collection(data):
+        return data.transpose(dim, 0)
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda x: x.transpose(dim, 0) if isinstance(x, torch.Tensor) else x, data)
 
 
 class _SentGenerator:
@@ -232,6 +258,7 @@ class ReplayBuffer(BufferBase[Sampled]):
         rate_limiter: Any = None,
         **torchrl_kwargs: Any,
     ):
+        dim_extend = torchrl_kwargs.pop("dim_extend", None)  # checked against the storage's ndim
         check_unsupported(type(self).__name__, torchrl_kwargs)
         check_bool(shared, "shared")
         if collate_fn is not None:
@@ -267,6 +294,7 @@ class ReplayBuffer(BufferBase[Sampled]):
                 f"sampler must be a mixreplay Sampler (RandomSampler, PrioritizedSampler, "
                 f"SliceSampler, SamplerWithoutReplacement), got {describe(sampler)}"
             )
+        self._dim_extend = _check_dim_extend(type(self).__name__, dim_extend, storage.ndim)
         sampler.attach(storage)  # sizes what it keeps by the storage, checks it fits
         self._sampler: Sampler = sampler
         if storage.holds_items:
@@ -286,6 +314,12 @@ class ReplayBuffer(BufferBase[Sampled]):
             if shared:
                 _share_transform(t)
 
+        if rate_limiter is not None and storage.ndim > 1:
+            raise TypeError(
+                f"rate_limiter= is not supported with an ndim={storage.ndim} storage: it lets rows "
+                "in by parts, and a grid is written in whole steps of its width; extend "
+                "data.reshape(-1) (env by env) into an ndim=1 storage to limit its rate"
+            )
         if rate_limiter is not None and storage.holds_items:
             raise TypeError(
                 f"rate_limiter= counts rows, and {type(storage).__name__} holds items: give the "
@@ -408,10 +442,15 @@ class ReplayBuffer(BufferBase[Sampled]):
         the next at ``rb.writer.cursor``); see :class:`~mixreplay.buffers.writer.RingWriter`."""
         return RingWriter(self._storage)
 
+    #: the dim of ``extend``'s data that runs along the storage's dim 0 (see :attr:`dim_extend`)
+    _dim_extend: int = 0
+
     @property
     def dim_extend(self) -> int:
-        """TorchRL's extension dimension: always 0 (rows are extended along dim 0)."""
-        return 0
+        """TorchRL's extension dimension: the dim of ``extend``'s data written along the
+        storage's dim 0. 0 for rows; for an ``ndim=2`` storage TorchRL's default is 1 (a
+        collector's ``[n_envs, T]`` batch is written as ``T`` steps of ``n_envs``)."""
+        return self._dim_extend
 
     def stats(self) -> dict:
         """TorchRL's snapshot of counters: size, write_count, prefetch queue, capacity, utilization."""
@@ -459,7 +498,7 @@ class ReplayBuffer(BufferBase[Sampled]):
         seconds (``None``: until allowed, or until :meth:`close`) for samples to make room;
         see :mod:`mixreplay.rate_limit`.
         """
-        return self.extend_checked(data, None, timeout=timeout)
+        return self._storage.grid_index(self.extend_checked(data, None, timeout=timeout))
 
     def extend_checked(
         self,
@@ -496,8 +535,15 @@ class ReplayBuffer(BufferBase[Sampled]):
             data = self._transform.inv(data_types.one_row(data) if collection else data)
             if _no_rows(data):
                 return _NOTHING_WRITTEN.clone()
-            return int(self._write(data if collection else self._one(data), timeout)[0])
-        return int(self._write(self._one(data), timeout)[0])
+            return self._added(
+                self._write(data if collection else self._one(data), timeout, step=True)
+            )
+        return self._added(self._write(self._one(data), timeout, step=True))
+
+    def _added(self, slots: torch.Tensor) -> Any:
+        """What ``add`` returns: the row's slot; for an ndim=2 storage TorchRL's ``[width, 2]``
+        index of the step written."""
+        return self._storage.grid_index(slots) if self._storage.ndim > 1 else int(slots[0])
 
     def _one(self, data: Any) -> Any:
         """One row (or item) as a batch of one, as the storage writes it."""
@@ -508,8 +554,12 @@ class ReplayBuffer(BufferBase[Sampled]):
         data: Any,
         timeout: float | None = None,
         written: Callable[[torch.Tensor], None] | None = None,
+        *,
+        step: bool = False,
     ) -> torch.Tensor:
         storage = self._storage
+        if storage.ndim > 1:  # TorchRL's grid: [n, width] steps (dim_extend moved to dim 0)
+            return self._write_steps(data, step)
         if storage.holds_items:  # items are stored as they are: no rows, no codec
             self._before_write()
             with storage.lock:
@@ -537,6 +587,28 @@ class ReplayBuffer(BufferBase[Sampled]):
                 self._sampler.on_extend(index, storage)
                 if written is not None:  # a mixing buffer's rate limiter counts the rows
                     written(index)
+        except RuntimeError as err:
+            clear = data_types.explain_write_error(data, err)
+            if clear is None:
+                raise
+            raise clear from err
+        self._after_write()
+        return index
+
+    def _write_steps(self, data: Any, step: bool) -> torch.Tensor:
+        """:meth:`_write` into an ndim=2 storage: ``data`` with ``dim_extend`` moved to dim 0
+        (``add`` writes one step as it is, as TorchRL's), written as ``n * width`` rows."""
+        storage = self._storage
+        if not step and self._dim_extend:
+            data = _transpose(data, self._dim_extend)
+        _, width = leading_dims(data, 2)
+        try:
+            rows, codec = data_types.to_rows(grid_rows(data), storage.codec, storage.schema is None)
+            self._before_write()
+            with storage.lock:
+                index = storage.extend_steps(rows, width)  # type: ignore[attr-defined]
+                storage.codec = codec
+                self._sampler.on_extend(index, storage)
         except RuntimeError as err:
             clear = data_types.explain_write_error(data, err)
             if clear is None:
@@ -663,6 +735,8 @@ class ReplayBuffer(BufferBase[Sampled]):
             weight = self._sampler.weight(index, storage) if info else None
             extra = self._sampler.info(index, storage) if info else None
             codec = storage.codec
+            if info and storage.ndim > 1:
+                index = storage.grid_index(index)  # TorchRL's [n, 2] index of a grid
         if codec is not None:
             batch = codec.decode(batch)
         if self._collate_fn is not None:
@@ -674,7 +748,7 @@ class ReplayBuffer(BufferBase[Sampled]):
         if weight is not None:  # "priority_weight": TorchRL's name for the same weights
             # two tensors: normalizing one in place must leave the other as drawn
             leaves.update(weight=weight, priority_weight=weight.clone())
-        out = new_tensordict(leaves, torch.Size([index.numel()]))
+        out = new_tensordict(leaves, torch.Size([index.shape[0]]))
         for key, value in (extra or {}).items():  # a sampler's own entries (TorchRL's slices)
             out.set(key, value)
         return Sampled(batch, out)
@@ -732,7 +806,14 @@ class ReplayBuffer(BufferBase[Sampled]):
             return self[:][index]
         if isinstance(index, tuple) and len(index) == 1:
             index = index[0]
-        data = self._storage[index]
+        if self._storage.ndim > 1:
+            if isinstance(index, tuple):  # TorchRL's: the grid as extend took it, then indexed
+                return self[:][index]
+            # as TorchRL: ``index`` runs along the data's dim_extend (the storage's dim 0)
+            key = (slice(None),) * self._dim_extend + (index,)
+            data = self._storage.get_grid(key, self._dim_extend)  # type: ignore[attr-defined]
+        else:
+            data = self._storage[index]
         if self._collate_fn is not None and not isinstance(index, int):
             data = self._collate_fn(data)
         if self._transform:

@@ -201,9 +201,25 @@ class TensorDictReplayBuffer(ReplayBuffer):
             if priority is not None:
                 _check_values(priority, data.shape[0] if data.batch_dims else 1)
         index = self._write(self._without_bookkeeping(data), timeout)
+        if self._storage.ndim > 1:  # a grid: each element's [step, column] in the storage
+            return self._set_grid_index(data, index)
         _set_index(data, index)
         if priority is not None:
             self.update_priority(index, priority)
+        return index
+
+    def _set_grid_index(self, data: TensorDictBase, slots: torch.Tensor) -> torch.Tensor:
+        """Set ``data["index"]`` of data written into a grid (its elements' ``[step, column]``,
+        in ``data``'s own layout) and return TorchRL's ``[k, 2]`` index."""
+        index = self._storage.grid_index(slots)
+        dim = self._dim_extend
+        shape = data.batch_size
+        steps = shape[dim] if index.shape[0] == shape.numel() else None
+        if steps is not None:  # not when more steps were written than the storage holds
+            grid = index.view(steps, shape.numel() // steps, 2)
+            value = grid.transpose(0, 1) if dim else grid
+            value = value.reshape(*shape, 2)
+            data.set("index", value.to(data.device) if data.device is not None else value)
         return index
 
     def add(self, data: Any, *, timeout: float | None = None) -> Any:
@@ -220,7 +236,13 @@ class TensorDictReplayBuffer(ReplayBuffer):
                 priority = reduce_priority(priority, self._sampler.reduction)
                 _check_values(priority, 1)
         row = self._without_bookkeeping(data) if isinstance(data, TensorDictBase) else data
-        index = int(self._write(self._one(row), timeout)[0])
+        slots = self._write(self._one(row), timeout, step=True)
+        if self._storage.ndim > 1:  # one step of a grid: TorchRL's [width, 2] index
+            coords = self._storage.grid_index(slots)
+            if isinstance(data, TensorDictBase) and data.batch_dims:
+                data.set("index", coords.to(data.device) if data.device is not None else coords)
+            return coords
+        index = int(slots[0])
         if isinstance(data, TensorDictBase):
             data.set("index", torch.tensor(index, device=data.device))
         if priority is not None:

@@ -39,8 +39,9 @@ class RingWriter:
 
     @property
     def _cursor(self) -> int:
-        # TorchRL's name for the same position (its tests read it)
-        return self._storage.cursor
+        # TorchRL's name for the same position (its tests read it), counted along the
+        # storage's dim 0 (steps of an ndim=2 grid)
+        return self._storage.cursor // (self._storage.width or 1)
 
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(

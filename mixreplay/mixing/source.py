@@ -265,6 +265,12 @@ class BufferSource(MixSource):
     """
 
     def __init__(self, buffer: ReplayBuffer, name: str = "online"):
+        if buffer.storage.ndim > 1:
+            raise ValueError(
+                f"source {name!r} stores an ndim={buffer.storage.ndim} grid, and a mixing buffer "
+                "mixes rows: give it an ndim=1 storage and extend a [n_envs, T] collector batch "
+                "as rows with data.reshape(-1) (env by env, so each env's steps stay consecutive)"
+            )
         if buffer.sampler.variable_length:
             raise ValueError(
                 f"source {name!r} samples with {buffer.sampler!r}, which returns slices of varying "

@@ -468,6 +468,12 @@ class PrioritizedSampler(Sampler):
 
     def _bind(self, storage: Storage) -> SumTree:
         capacity, device = storage.max_size, storage.device
+        if storage.ndim > 1:
+            raise ValueError(
+                f"PrioritizedSampler does not serve an ndim={storage.ndim} storage (its capacity is "
+                "fixed by its first write, its trees by the storage when attached); store the "
+                "rows in an ndim=1 storage (extend data.reshape(-1), env by env)"
+            )
         if capacity > _MOST_SLOTS:
             raise ValueError(
                 f"PrioritizedSampler keeps one priority per slot and cannot serve a storage of "

@@ -338,10 +338,18 @@ class SliceSampler(Sampler):
     #: the positions of the last whole-slice draw, kept for the next draw of that shape (a
     #: class default, so samplers pickled before it load); only ever read
     _fixed_kept: _Draw | None = None
+    #: an ndim=2 storage seen column by column (see :class:`_Columns`), kept between draws
+    _columns: _Columns | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # the per-slot index is a cache of the storage's content: rebuilt, never pickled
-        return {**self.__dict__, "_indexes": {}, "_last": None, "_fixed_kept": None}
+        return {
+            **self.__dict__,
+            "_indexes": {},
+            "_last": None,
+            "_fixed_kept": None,
+            "_columns": None,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # samplers pickled before TorchRL's options existed drew uniformly over starts
@@ -362,6 +370,18 @@ class SliceSampler(Sampler):
         """Nothing to restore; drops every index derived from the rows (rebuilt on the next draw)."""
         self._indexes = {}
         self._last = None
+        self._columns = None
+
+    def _seen_as(self, storage: Storage) -> Any:
+        """What slices are drawn in: ``storage`` itself, or an ndim=2 grid's columns laid end
+        to end (:class:`_Columns`), TorchRL's trajectories running down each column."""
+        if storage.ndim == 1:
+            return storage
+        view = self._columns
+        if view is None or view.storage is not storage:
+            view = self._columns = _Columns(storage)
+        view.sync()
+        return view
 
     # -- episode structure -----------------------------------------------------------------
 
@@ -486,7 +506,7 @@ class SliceSampler(Sampler):
         if n < L:
             return 0
         with storage.lock:
-            return self._index(storage, L).count
+            return self._index(self._seen_as(storage), L).count
 
     def _valid_start_slots(self, storage: Storage, L: int | None = None) -> torch.Tensor:
         """Every slot a whole slice may start at, ascending (``O(len)``; for tests)."""
@@ -497,7 +517,9 @@ class SliceSampler(Sampler):
             return torch.arange(n, device=storage.device)
         if n < L:
             return torch.empty(0, dtype=torch.int64, device=storage.device)
-        return self._index(storage, L).valid_slots()
+        seen = self._seen_as(storage)
+        slots = self._index(seen, L).valid_slots()
+        return slots if seen is storage else seen.perm.index_select(0, slots).sort().values
 
     # -- sampling --------------------------------------------------------------------------
 
@@ -507,10 +529,13 @@ class SliceSampler(Sampler):
         if size == 0:
             raise EmptyBufferError("cannot sample: the source holds no rows; extend it first")
         k = n // L
+        seen = self._seen_as(storage)
         if self.uniform_over == "starts":
-            index = self._sample_starts(storage, size, k, L, generator)
+            index = self._sample_starts(seen, size, k, L, generator)
         else:
-            index = self._sample_trajectories(storage, size, k, L, generator)
+            index = self._sample_trajectories(seen, size, k, L, generator)
+        if seen is not storage:  # positions in the columns, as slots of the grid
+            index = seen.perm.index_select(0, index)
         return index
 
     def _fixed(self, k: int, L: int, device: torch.device) -> _Draw:
@@ -790,6 +815,64 @@ def _longest_run(sampler: SliceSampler, storage: Storage) -> int:
     return max(lengths)
 
 
+class _Columns:
+    """An ndim=2 ring (TorchRL's ``[steps, width]`` grid) seen column by column.
+
+    TorchRL finds trajectories down each column of a grid (each env's steps, in time
+    order), a ring that has wrapped starting each column at its oldest step. Here the
+    columns are laid end to end, ``position = column * steps + t`` (``t = 0``: the oldest
+    step held), which never wraps; each column's last position ends an episode
+    (:attr:`column_ends`), and :attr:`perm` maps positions back to the grid's flat slots.
+    What a :class:`_SliceIndex` reads of a storage is given in that order; the layout
+    moves with every write, so the index is rebuilt after each (``O(len)``).
+    """
+
+    def __init__(self, storage: Storage):
+        self.storage = storage
+        self.lock = storage.lock
+        self.device = storage.device
+        self._key: tuple[int, ...] | None = None
+        self.generation = 0
+        self.perm = self.column_ends = torch.empty(0, dtype=torch.int64)
+
+    def sync(self) -> None:
+        s = self.storage
+        key = (s.generation, s.write_count, len(s), s.cursor, s.max_size)
+        if key == self._key:
+            return
+        self._key = key
+        self.generation += 1  # any change: the index rebuilds
+        n, width, device = len(s), s.width or 1, s.device
+        steps, cap = n // width, s.max_size // width
+        oldest = (s.cursor // width) % cap if n == s.max_size else 0
+        t = torch.arange(steps, device=device).add_(oldest).remainder_(cap)
+        column = torch.arange(width, device=device)
+        self.perm = (t.unsqueeze(0) * width + column.unsqueeze(1)).reshape(-1)
+        self.column_ends = torch.arange(steps - 1, n, steps, device=device) if steps else self.perm
+
+    def __len__(self) -> int:
+        return self.perm.numel()
+
+    @property
+    def max_size(self) -> int:
+        return self.perm.numel() + 1  # one slot more than the positions: nothing wraps
+
+    @property
+    def cursor(self) -> int:
+        return self.perm.numel()
+
+    @property
+    def write_count(self) -> int:
+        return self.storage.write_count
+
+    @property
+    def schema(self) -> Any:
+        return self.storage.schema
+
+    def column(self, key: Key) -> torch.Tensor:
+        return self.storage.column(key).index_select(0, self.perm)
+
+
 class _SliceIndex:
     """Per slot of one storage: may a slice of ``L`` rows start here?
 
@@ -868,6 +951,8 @@ class _SliceIndex:
                 self.keys = keys
                 self.cut[:n] = self._flags(storage, 0, n)
             self.cut[(storage.cursor - 1) % cap] = True  # the newest row
+            if isinstance(storage, _Columns):  # a grid's columns: no slice runs into the next
+                self.cut[storage.column_ends] = True
             if n < L:
                 pass  # no whole slice fits in the rows held
             elif L > 1:

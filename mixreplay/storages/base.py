@@ -118,21 +118,23 @@ def check_rows(data: Any) -> int:
     return n
 
 
-def check_ndim(ndim: Any) -> None:
-    """Refuse TorchRL's multi-dimensional storages (``ndim=2``), naming the mixreplay way.
+def check_ndim(ndim: Any) -> int:
+    """``ndim`` if a ring can hold it: 1 (rows) or 2 (TorchRL's ``[n, width]`` grid).
 
-    TorchRL's ``LazyTensorStorage(n, ndim=2)`` keeps ``[N, T]`` collector batches as a
-    time-major ``[n // N, N]`` grid whose slices run down one env's column. mixreplay's
-    rings hold rows: flattening the batch env by env keeps each env's steps consecutive,
-    which is what its slice sampler and episode bookkeeping read.
+    With ``ndim=2`` a ring keeps TorchRL's grid: dim 0 is the dim it is extended along
+    (time, for a collector batch extended with ``dim_extend=1``), dim 1 its width (the
+    envs), fixed by the first write. The grid is stored as rows, ``width`` consecutive
+    rows per step along dim 0, so the capacity is ``ceil(max_size / width) * width`` rows,
+    as in TorchRL.
     """
     ndim = check_int(ndim, "ndim")
-    if ndim != 1:
+    if ndim not in (1, 2):
         raise ValueError(
-            f"ndim={ndim} is not supported: mixreplay storages are rings of rows (ndim=1); "
-            "extend a [N, T] collector batch as rows with rb.extend(data.reshape(-1)) "
-            "(env by env, so each env's steps stay consecutive for SliceSampler)"
+            f"ndim={ndim} is not supported: mixreplay's rings hold rows (ndim=1) or TorchRL's "
+            "[n, width] grid of a collector batch (ndim=2); flatten the other dims into the "
+            "rows first (data.flatten(1, -1) for a grid of width their product)"
         )
+    return ndim
 
 
 def check_row(row: Any) -> None:
@@ -348,13 +350,25 @@ class Storage(Locked, abc.ABC):
 
     @property
     def ndim(self) -> int:
-        """TorchRL's storage dimensions: always 1 (a storage is a sequence of rows)."""
+        """TorchRL's storage dimensions: 1 here (a storage is a sequence of rows); a ring may
+        hold TorchRL's ``ndim=2`` grid (see :func:`check_ndim`)."""
+        return 1
+
+    @property
+    def width(self) -> int:
+        """Rows per step along dim 0: 1 for a storage of rows, the grid's second dim for an
+        ``ndim=2`` ring (once its first write has fixed it)."""
         return 1
 
     @property
     def shape(self) -> torch.Size:
         """``[len]`` (TorchRL's ``Storage.shape`` of a one-dimensional storage)."""
         return torch.Size([len(self)])
+
+    def grid_index(self, slots: torch.Tensor) -> torch.Tensor:
+        """TorchRL's index of flat ``slots``: the slots themselves here (an ``ndim=2`` ring
+        gives ``[k, 2]`` coordinates)."""
+        return slots
 
     def contains(self, item: Any) -> bool:
         """Whether ``item`` (an int or a tensor of ints) names filled slots (TorchRL's ``contains``)."""

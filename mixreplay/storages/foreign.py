@@ -20,7 +20,6 @@ from mixreplay.schema import Schema
 from mixreplay.storages.base import (
     RingCounters,
     Storage,
-    check_ndim,
     check_rows,
     check_saved_header,
     saved_header,
@@ -190,7 +189,13 @@ def _columns(columns: Any, schema: Schema, n: int) -> TensorDict:
 def adapt_storage(storage: Any) -> ForeignStorage:
     """Wrap a TorchRL ``Storage`` (anything with ``set``, ``get``, ``max_size``, ``len``)."""
     if looks_like_storage(storage):
-        check_ndim(getattr(storage, "ndim", 1))  # a TorchRL ndim=2 grid is not a ring of rows
+        ndim = getattr(storage, "ndim", 1)
+        if ndim != 1:  # a TorchRL grid is not driven as a ring of rows
+            raise ValueError(
+                f"a TorchRL {type(storage).__name__} with ndim={ndim} cannot be wrapped: only "
+                f"its rows (ndim=1) are driven; use mixreplay's LazyTensorStorage(n, ndim={ndim}) "
+                "or LazyMemmapStorage(n, ndim=2) for a grid"
+            )
         return ForeignStorage(storage)
     raise TypeError(
         f"storage must be a mixreplay storage (LazyTensorStorage, LazyMemmapStorage) or a "

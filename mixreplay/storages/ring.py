@@ -25,10 +25,10 @@ from multiprocessing.context import get_spawning_popen
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import LazyStackedTensorDict, TensorDictBase
 
 from mixreplay._torchrl_args import check_storage_args
-from mixreplay._validate import check_bool, check_int, check_path
+from mixreplay._validate import check_bool, check_int, check_path, check_saved_int
 from mixreplay.data_types import codec_from_json, one_row, to_rows
 from mixreplay.errors import CheckpointError, SchemaMismatchError
 from mixreplay.layout import RowLayout
@@ -44,7 +44,14 @@ from mixreplay.storages.base import (
     saved_header,
 )
 
-__all__ = ["LazyMemmapStorage", "LazyTensorStorage", "TensorStorage", "check_saved_rows"]
+__all__ = [
+    "LazyMemmapStorage",
+    "LazyTensorStorage",
+    "TensorStorage",
+    "check_saved_rows",
+    "grid_rows",
+    "leading_dims",
+]
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +167,87 @@ def _device_of(data: Any) -> torch.device:
     return torch.device(device or "cpu")
 
 
+def _check_grid_args(storage: Any, data: Any, torchrl_kwargs: dict[str, Any]) -> None:
+    """Refuse what an ndim=2 ring does not do, naming the way."""
+    name = type(storage).__name__
+    if storage.dedup_next:
+        raise ValueError(
+            f"{name}(ndim=2, dedup_next=True) is not supported: dedup_next reads each next "
+            "value from the following row of an episode, and a grid's rows interleave its "
+            "columns; use ndim=1 (rb.extend(data.reshape(-1)), env by env) to deduplicate"
+        )
+    if data is not None:
+        raise ValueError(
+            f"{name}(data, ndim=2) is not supported: build LazyTensorStorage(n, ndim=2) and "
+            "extend it with the [n, width] data"
+        )
+    if torchrl_kwargs.get("shared_init"):
+        raise ValueError(
+            f"{name}(ndim=2, shared_init=True) is not supported: a grid's width is fixed by "
+            "its first write, in one process; share an ndim=1 ring instead"
+        )
+
+
+def leading_dims(data: Any, k: int) -> tuple[int, ...]:
+    """The first ``k`` dims of ``data`` (its batch dims, or its first tensor's); a
+    ``ValueError`` when it has fewer."""
+    from torch.utils._pytree import tree_leaves
+
+    from mixreplay.data_types import as_batch, is_collection
+
+    data = as_batch(data)
+    if is_collection(data):
+        shape = tuple(data.batch_size)
+    else:
+        leaves = [x for x in tree_leaves(data) if isinstance(x, torch.Tensor)]
+        shape = tuple(leaves[0].shape) if leaves else ()
+    if len(shape) < k:
+        want = "[width]" if k == 1 else "[n, width]"
+        raise ValueError(
+            f"an ndim=2 storage takes {want} data here (steps of dim 0, each of width "
+            f"rows), got {type(data).__name__} of leading shape {list(shape)}"
+        )
+    return tuple(int(d) for d in shape[:k])
+
+
+def grid_rows(data: Any) -> Any:
+    """``[n, width, ...]`` data (a TensorDict, tensorclass, tensor or pytree of tensors) as
+    ``[n * width, ...]`` rows: each step of dim 0 gives ``width`` consecutive rows."""
+    from torch.utils._pytree import tree_map
+
+    from mixreplay.data_types import as_batch, is_collection
+
+    data = as_batch(data)
+    if is_collection(data):
+        if isinstance(data, LazyStackedTensorDict):
+            data = data.contiguous()  # a stack along dim 1 (a collector's steps) as one block
+        return data.flatten(0, 1)
+    return tree_map(lambda x: x.flatten(0, 1) if isinstance(x, torch.Tensor) else x, data)
+
+
+def _first_row(data: Any) -> Any:
+    """Element 0 of ``[width, ...]`` data."""
+    from torch.utils._pytree import tree_map
+
+    from mixreplay.data_types import as_batch, is_collection
+
+    data = as_batch(data)
+    if is_collection(data):
+        return data[0]
+    return tree_map(lambda x: x[0] if isinstance(x, torch.Tensor) else x, data)
+
+
+def _grid_key(index: Any) -> Any:
+    """``index`` as torch indexes a grid of slots (lists and ranges as tensors)."""
+    if isinstance(index, range):
+        return torch.arange(index.start, index.stop, index.step)
+    if isinstance(index, list):
+        return torch.as_tensor(index)
+    if isinstance(index, tuple):
+        return tuple(_grid_key(i) for i in index)
+    return index
+
+
 def _slots(cursor: Any, max_size: int) -> tuple[torch.Tensor, bool]:
     """``(slots, one_row)`` for TorchRL's ``set(cursor, ...)``: an int names one row."""
     if isinstance(cursor, int) or (isinstance(cursor, torch.Tensor) and cursor.ndim == 0):
@@ -197,8 +285,12 @@ class TensorStorage(RingCounters, PackedStorage):
 
     Keyword Args:
         device: where the rows live (CPU by default).
-        ndim: TorchRL's storage dimensions; only 1 (a ring of rows) is supported, see
-            :func:`~mixreplay.storages.base.check_ndim`.
+        ndim: TorchRL's storage dimensions: 1 (a ring of rows) or 2 (TorchRL's grid:
+            ``[n, width]`` writes, dim 0 the one extended, ``width`` fixed by the first
+            write; stored as ``width`` consecutive rows per step of dim 0, for
+            ``ceil(max_size / width) * width`` rows in all, as in TorchRL). ``len`` counts
+            the elements of the grid, ``storage[i]`` reads it by its dims, ``set`` takes
+            steps of dim 0. See :func:`~mixreplay.storages.base.check_ndim`.
         dedup_next: keep each next value once: for every key present both at the root
             and under ``"next"``, the next value is read from the following row of the
             same episode (see :mod:`mixreplay.storages.dedup`). Pixel observations then
@@ -221,6 +313,10 @@ class TensorStorage(RingCounters, PackedStorage):
     shared: bool = False
     #: whether the first positional argument may be existing data (TorchRL's TensorStorage)
     _wraps_data: bool = True
+    #: TorchRL's storage dimensions (see ``ndim``), and the rows per step along dim 0 (``None``
+    #: for a grid whose first write has not fixed it yet)
+    _ndim: int = 1
+    _width: int | None = 1
 
     def __new__(cls, *args: Any, dedup_next: bool = False, **kwargs: Any) -> TensorStorage:
         # dedup_next=True builds the deduplicating variant of the class asked for, so
@@ -240,7 +336,7 @@ class TensorStorage(RingCounters, PackedStorage):
         **torchrl_kwargs: Any,
     ):
         super().__init__()
-        check_ndim(ndim)
+        self._ndim = check_ndim(ndim)
         data = None
         if self._wraps_data:
             # TorchRL's TensorStorage(storage, max_size=None): a storage over existing data;
@@ -250,6 +346,10 @@ class TensorStorage(RingCounters, PackedStorage):
             max_size = storage
         check_storage_args(type(self).__name__, torchrl_kwargs)
         self.max_size = check_int(max_size, "max_size", min=1, what="a positive number of rows")
+        self._asked = self.max_size  # an ndim=2 grid rounds it up to whole steps of its width
+        if self._ndim > 1:
+            self._width = None
+            _check_grid_args(self, data, torchrl_kwargs)
         if device == "auto":
             if data is None:
                 raise ValueError(
@@ -274,6 +374,103 @@ class TensorStorage(RingCounters, PackedStorage):
         return self._len
 
     @property
+    def ndim(self) -> int:
+        """TorchRL's storage dimensions: 1 (rows) or 2 (a grid; see the class docs)."""
+        return self._ndim
+
+    @property
+    def width(self) -> int:
+        """Rows per step along dim 0: 1 for rows; a grid's second dim once the first write has
+        fixed it (0 before)."""
+        return self._width or 0
+
+    @property
+    def shape(self) -> torch.Size:
+        """TorchRL's shape: ``[len]`` for rows, ``[len // width, width]`` for a grid."""
+        if self._ndim == 1:
+            return torch.Size([self._len])
+        return torch.Size([self._len // self._width, self._width] if self._width else [0, 0])
+
+    def _fix_width(self, width: int) -> bool:
+        """Fix a grid's width at its first write (caller holds the lock): the capacity becomes
+        whole steps of it. Whether it was fixed now (:meth:`_unfix_width` undoes that)."""
+        if self._width is not None:
+            if width != self._width:
+                raise SchemaMismatchError(
+                    f"this ndim=2 storage holds steps of width {self._width} (its dim 1), got "
+                    f"data of width {width}; write [n, {self._width}] data (or build another "
+                    "storage for this width)"
+                )
+            return False
+        self._width = width
+        self.max_size = -(-self._asked // width) * width
+        return True
+
+    def _unfix_width(self) -> None:
+        """Forget a width fixed by a write that failed before anything was allocated."""
+        if self._layout is None:
+            self._width, self.max_size = None, self._asked
+
+    def _extend_grid(self, data: Any) -> torch.Tensor:
+        """:meth:`extend` of an ndim=2 grid: ``[n, width]`` data, written as ``n * width`` rows."""
+        if not isinstance(data, TensorDictBase) or data.batch_dims < 2:
+            got = list(data.batch_size) if isinstance(data, TensorDictBase) else None
+            raise ValueError(
+                f"an ndim=2 storage is extended with [n, width] data (n steps of dim 0), got "
+                f"{type(data).__name__}{'' if got is None else f' with batch_size={got}'}"
+            )
+        return self.extend_steps(grid_rows(data), int(data.batch_size[1]))
+
+    def extend_steps(self, rows: TensorDictBase, width: int) -> torch.Tensor:
+        """Write ``rows`` (``[n * width]``, as :func:`grid_rows` lays them out) as ``n`` steps
+        of an ndim=2 grid of ``width``; return their flat slots."""
+        if self._ndim == 1 or check_rows(rows) % width:
+            raise ValueError(
+                f"extend_steps writes whole steps of an ndim=2 grid: got {rows.batch_size[0]} "
+                f"rows for width {width} on a storage of ndim={self._ndim}"
+            )
+        with self.lock:
+            fixed = self._fix_width(width)
+            try:
+                return self._extend_rows(rows)
+            except BaseException:
+                if fixed:
+                    self._unfix_width()
+                raise
+
+    def grid_index(self, slots: torch.Tensor) -> torch.Tensor:
+        """TorchRL's index of flat ``slots``: ``[k, 2]`` (step along dim 0, column) for an
+        ndim=2 grid; the slots themselves for rows."""
+        if self._ndim == 1:
+            return slots
+        width = self.width or 1
+        return torch.stack([slots.div(width, rounding_mode="floor"), slots.remainder(width)], -1)
+
+    def __getitem__(self, index: Any) -> Any:
+        """Rows by position; a grid (ndim=2) by its dims, as TorchRL's ``storage[index]``
+        (``storage[i]`` is step ``i`` of dim 0, ``storage[i, j]`` one element)."""
+        if self._ndim == 1:
+            return super().__getitem__(index)
+        return self.get_grid(index)
+
+    def get_grid(self, index: Any, swap: int = 0) -> Any:
+        """An ndim=2 grid's elements at ``index`` (as ``storage[index]``); with ``swap``, dims
+        ``swap`` and 0 of the result swapped when it has them (TorchRL's ``rb[index]`` with
+        ``dim_extend=swap``)."""
+        with self.lock:
+            n, width = self._len, self._width
+            if self._layout is None or n == 0 or not width:
+                raise IndexError("the storage holds no rows yet")
+            grid = torch.arange(n, device=self.device).view(n // width, width)
+            slots = grid[_grid_key(index)]
+            td = self.gather_unlocked(slots.reshape(-1))
+            codec = self.codec
+        td = td[0] if slots.dim() == 0 else td.reshape(slots.shape)
+        if swap and td.batch_dims > swap:
+            td = td.transpose(swap, 0)
+        return td if codec is None else codec.decode(td)
+
+    @property
     def nbytes(self) -> int:
         """Bytes held by the allocated rows (capacity × row bytes), 0 before the first write."""
         return 0 if self._rows is None else self.max_size * self.row_bytes
@@ -291,8 +488,26 @@ class TensorStorage(RingCounters, PackedStorage):
         """Write the rows of ``data`` (batch ``[n]``) and return the slots written.
 
         When ``n`` exceeds the capacity, only the last ``max_size`` rows are kept
-        (earlier ones would be overwritten within the same call anyway).
+        (earlier ones would be overwritten within the same call anyway). An ndim=2 grid
+        takes ``[n, width]`` data: ``n`` steps of dim 0, ``n * width`` rows, whose flat
+        slots are returned (:meth:`grid_index` gives TorchRL's ``[k, 2]`` index of them).
         """
+        if self._ndim > 1:
+            return self._extend_grid(data)
+        return self._extend_rows(data)
+
+    def add(self, row: TensorDictBase) -> int:
+        """Write one row and return its slot; for an ndim=2 grid, one step of dim 0 (a
+        ``[width]`` TensorDict) and its first slot."""
+        if self._ndim > 1:
+            if not isinstance(row, TensorDictBase) or row.batch_dims < 1:
+                raise ValueError(
+                    "add() of an ndim=2 storage takes one step of dim 0: a [width] TensorDict"
+                )
+            return int(self.extend(row.unsqueeze(0))[0])
+        return super().add(row)
+
+    def _extend_rows(self, data: TensorDictBase) -> torch.Tensor:
         n = check_rows(data)
         layout = self._layout
         if layout is not None:
@@ -345,6 +560,8 @@ class TensorStorage(RingCounters, PackedStorage):
         if layout is None or rows is None:
             return None
         td = layout.unpack(rows, self.device)
+        if self._ndim > 1 and self._width:
+            td = td.reshape(self.max_size // self._width, self._width)
         return td if self.codec is None else self.codec.decode(td)
 
     def _init(self, datum: Any) -> None:
@@ -352,6 +569,18 @@ class TensorStorage(RingCounters, PackedStorage):
         (TorchRL's ``storage._init``); a storage that holds rows is left as it is."""
         with self.lock:
             if self._layout is not None:
+                return
+            if self._ndim > 1:  # one step of dim 0: [width] rows
+                fixed = self._fix_width(leading_dims(datum, 1)[0])
+                try:
+                    rows, codec = to_rows(one_row(_first_row(datum)), None, True)
+                except BaseException:
+                    if fixed:
+                        self._unfix_width()
+                    raise
+                layout = RowLayout(Schema.from_tensordict(rows))
+                self._rows, self._layout = self._allocate(layout), layout
+                self.codec = codec
                 return
             rows, codec = to_rows(one_row(datum), None, True)
             layout = RowLayout(Schema.from_tensordict(rows))
@@ -374,9 +603,31 @@ class TensorStorage(RingCounters, PackedStorage):
                 "set() is not supported with dedup_next=True (its next values are read from "
                 "the following rows); write rows in order with extend()"
             )
+        if self._ndim > 1:
+            self._set_grid(cursor, data, set_cursor)
+            return
         index, single = _slots(cursor, self.max_size)
         if single:
             data = one_row(data)
+        self._set_rows(index, data, set_cursor)
+
+    def _set_grid(self, cursor: Any, data: Any, set_cursor: bool) -> None:
+        """:meth:`set` of an ndim=2 grid: ``cursor`` names steps of dim 0 (an int: ``data`` is
+        one step, ``[width]``; else ``[k, width]``), each written as ``width`` rows."""
+        single = isinstance(cursor, int) or (isinstance(cursor, torch.Tensor) and cursor.ndim == 0)
+        width = leading_dims(data, 1 if single else 2)[-1]
+        with self.lock:
+            fixed = self._fix_width(width)
+            try:
+                steps, _ = _slots(cursor, self.max_size // width)
+                index = (steps.unsqueeze(1) * width + torch.arange(width)).reshape(-1)
+                self._set_rows(index, data if single else grid_rows(data), set_cursor)
+            except BaseException:
+                if fixed:
+                    self._unfix_width()
+                raise
+
+    def _set_rows(self, index: torch.Tensor, data: Any, set_cursor: bool) -> None:
         with self.lock:
             layout = self._layout
             rows, codec = to_rows(data, self.codec, layout is None)
@@ -489,18 +740,26 @@ class TensorStorage(RingCounters, PackedStorage):
             rows = None
             if layout is not None:
                 rows = self.rows.clone() if copy else self.rows
-            return {
+            out = {
                 **saved_header(self, self._len, schema=None if layout is None else layout.schema),
                 "rows": rows,
                 "codec": None if self.codec is None else self.codec.to_json(),
             }
+            if self._ndim > 1:  # a grid: its dims (a ring of rows saves none, as it always did)
+                out["ndim"], out["width"] = self._ndim, self._width
+            return out
 
-    def _check_header(self, state: Any) -> tuple[int, int, int, RowLayout | None]:
-        """``(len, cursor, write_count, layout)`` of a saved ring, checked against this one.
+    def _check_header(
+        self, state: Any, max_size: int | None = None
+    ) -> tuple[int, int, int, RowLayout | None]:
+        """``(len, cursor, write_count, layout)`` of a saved ring, checked against this one
+        (of ``max_size`` rows: this ring's, unless a grid's saved width sets it).
 
         ``layout`` is ``None`` for a ring saved before its first write.
         """
-        length, cursor, write_count = check_saved_header(state, self.max_size)
+        length, cursor, write_count = check_saved_header(
+            state, self.max_size if max_size is None else max_size
+        )
         if state.get("schema") is None:
             if length:
                 raise CheckpointError(f"{length} rows saved without a schema; the state is corrupt")
@@ -523,7 +782,13 @@ class TensorStorage(RingCounters, PackedStorage):
         if isinstance(state, dict) and state.get("dedup_next"):
             # a ring saved with dedup_next=True: its rows, each next value restored
             state = DEDUP_HOOKS.expand(state)
-        length, cursor, write_count, layout = self._check_header(state)
+        width, cap = self._saved_grid(state)
+        length, cursor, write_count, layout = self._check_header(state, cap)
+        if width is not None and (length % width or cursor % width):
+            raise CheckpointError(
+                f"inconsistent ndim=2 storage (len={length}, cursor={cursor} are not whole steps "
+                f"of its width {width}); the state is corrupt"
+            )
         if layout is None:
 
             def restore_empty() -> None:
@@ -536,6 +801,8 @@ class TensorStorage(RingCounters, PackedStorage):
         codec = self._saved_codec(state.get("codec"), layout.schema)
 
         def restore() -> None:
+            if width is not None:
+                self._width, self.max_size = width, cap
             if self._rows is None or self._layout != layout:
                 self._rows, self._layout = self._allocate(layout), layout
             self._rows[:length].copy_(rows)
@@ -544,6 +811,26 @@ class TensorStorage(RingCounters, PackedStorage):
             self._bump_generation()
 
         return restore
+
+    def _saved_grid(self, state: Any) -> tuple[int | None, int]:
+        """``(width, max_size)`` a saved state gives this ring: a grid's saved width (``None``
+        for rows, or a grid saved before its first write) and the capacity it implies."""
+        saved = state.get("ndim", 1) if isinstance(state, dict) else 1
+        if saved != self._ndim:
+            raise CheckpointError(
+                f"the saved storage has ndim={saved}, this one ndim={self._ndim}; load it into "
+                f"a storage built with ndim={saved}"
+            )
+        width = state.get("width") if self._ndim > 1 else None
+        if width is None:
+            return None, self.max_size
+        width = check_saved_int(width, "storage width", min=1)
+        if self._width is not None and width != self._width:
+            raise CheckpointError(
+                f"the saved storage holds steps of width {width}, this one of width "
+                f"{self._width}; load it into an ndim=2 storage of that width (or a new one)"
+            )
+        return width, -(-self._asked // width) * width
 
     def _saved_codec(self, saved: Any, schema: Schema) -> Any:
         """The data type a saved state's rows (of ``schema``) were written as, checked against
@@ -826,6 +1113,8 @@ class LazyMemmapStorage(TensorStorage):
             self.filename = None
             self._rows = None
             self._layout = None
+            if self._ndim > 1:  # a new first write fixes the grid's width again
+                self._width, self.max_size = None, self._asked
             self.codec = None
             self._cursor = self._len = 0
             self._bump_generation()

@@ -392,7 +392,7 @@ def share_ring(storage: Any) -> None:
 
     Raises:
         TypeError: a storage that cannot be shared (read-only data, a TorchRL storage, a
-            ring on an accelerator or with ``dedup_next=True``), naming what can.
+            ring on an accelerator, with ``dedup_next=True`` or ``ndim=2``), naming what can.
     """
     if isinstance(storage, SharedRing):
         return
@@ -406,6 +406,12 @@ def share_ring(storage: Any) -> None:
         raise TypeError(
             f"shared=True is not supported with dedup_next=True ({name}): its next values are "
             "kept in a pool of this process; build the storage without dedup_next"
+        )
+    if storage.ndim > 1:
+        raise TypeError(
+            f"shared=True is not supported with ndim={storage.ndim} ({name}): a grid's width is "
+            "fixed by its first write, in one process; share an ndim=1 ring (extend "
+            "data.reshape(-1), env by env)"
         )
     if storage.device.type != "cpu":
         raise TypeError(

@@ -241,17 +241,20 @@ def test_transform_factory():
 
 
 @pytest.mark.parametrize("cls", [LazyTensorStorage, LazyMemmapStorage])
-def test_ndim_2_storage_is_refused_naming_the_mixreplay_way(cls, tmp_path):
+def test_ndim_above_2_is_refused_naming_the_way(cls, tmp_path):
     kwargs = {"scratch_dir": tmp_path} if cls is LazyMemmapStorage else {}
-    with pytest.raises(ValueError, match=r"ndim=2 is not supported.*data.reshape\(-1\)"):
-        cls(100, ndim=2, **kwargs)
+    with pytest.raises(ValueError, match=r"ndim=3 is not supported.*data.flatten\(1, -1\)"):
+        cls(100, ndim=3, **kwargs)
+    assert cls(100, ndim=2, **kwargs).ndim == 2
     assert cls(100, ndim=1, **kwargs).max_size == 100
 
 
-def test_torchrl_ndim_2_storage_is_refused():
+def test_torchrl_ndim_2_storage_is_refused_naming_mixreplays():
     from torchrl.data import LazyTensorStorage as TLazy
 
-    with pytest.raises(ValueError, match="ndim=2 is not supported"):
+    with pytest.raises(
+        ValueError, match=r"ndim=2 cannot be wrapped.*LazyTensorStorage\(n, ndim=2\)"
+    ):
         ReplayBuffer(storage=TLazy(100, ndim=2))
 
 

@@ -100,7 +100,6 @@ DIFF_SLICE_WITHOUT_REPLACEMENT = _differs(
     "SliceSamplerWithoutReplacement",
     TypeError,
 )
-DIFF_NDIM = _differs("storages with ndim=2 are refused (ValueError)", ValueError)
 DIFF_MAX_CAPACITY = _differs(
     "PrioritizedSampler(max_capacity=N) attached to a storage of another max_size is refused "
     "(ValueError); TorchRL sizes its trees by max_capacity whatever the storage",

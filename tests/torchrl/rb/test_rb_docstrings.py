@@ -23,7 +23,6 @@ from _marks import (
     BROKEN_EXAMPLE_UNDEFINED,
     DIFF_DOCTEST_STORAGE_REPR,
     DIFF_DUMPS_INTO_SCRATCH,
-    DIFF_NDIM_EXAMPLE,
     REFERENCE_EXAMPLE_FAILS,
 )
 from tensordict import TensorDict
@@ -41,7 +40,6 @@ MODULES = {
 
 # one test per example block (a docstring can hold several): (docstring, block) -> marks
 MARKS = {
-    ("ReplayBuffer", 0): DIFF_NDIM_EXAMPLE,  # LazyTensorStorage(10, ndim=2), dim_extend=1
     ("ReplayBuffer", 1): REFERENCE_EXAMPLE_FAILS,  # ints from a ListStorage, default collate
     ("ReplayBuffer", 3): BROKEN_EXAMPLE,  # ">>>     assert ..." inside a def
     ("ReplayBuffer.dumps", 0): BROKEN_EXAMPLE_UNDEFINED,  # saves a buffer `rb` never built

@@ -524,7 +524,7 @@ class TestSamplers:
     @pytest.mark.parametrize(
         "sampler",
         [
-            pytest.param(SliceSampler, marks=DIFF_NDIM),  # LazyTensorStorage(20, ndim=2)
+            SliceSampler,
             pytest.param(SliceSamplerWithoutReplacement, marks=LEFT_OUT_SAMPLER),
         ],
     )
@@ -697,7 +697,6 @@ class TestSamplers:
                     curr_eps = curr_eps[curr_eps != 0]
                     assert curr_eps.unique().numel() == 1
 
-    @DIFF_NDIM
     def test_slice_sampler_left_right_ndim(self):
         torch.manual_seed(0)
         data = TensorDict(
@@ -2912,7 +2911,7 @@ class TestFindStartStopTraj:
         result = compiled(anchor, start, stop, 10)
         torch.testing.assert_close(result, eager)
 
-    @DIFF_NDIM
+    @DIFF_SAMPLER_PRIVATE  # storage._last_cursor_index
     def test_multidimensional_boundary_index_and_fullgraph(self):
         storage = LazyTensorStorage(10, ndim=2)
         rb = TensorDictReplayBuffer(storage=storage, dim_extend=0)

@@ -514,7 +514,6 @@ class TestStorages:
         assert torch.allclose(all_data["action"], expected["action"])
 
     @pytest.mark.parametrize("storage_type", [LazyMemmapStorage, LazyTensorStorage])
-    @DIFF_NDIM
     def test_extend_lazystack_2d_storage(self, storage_type):
         """Test lazy stack optimization for 2D storage (parallel envs).
 
@@ -772,7 +771,7 @@ class TestStorages:
             assert "d" not in rb[3:5]
 
     @pytest.mark.parametrize("storage_type", [LazyTensorStorage, LazyMemmapStorage])
-    @DIFF_NDIM
+    @DIFF_IN_PLACE_NDIM
     def test_storage_inplace_writing_ndim(self, storage_type):
         rb = ReplayBuffer(storage=storage_type(102, ndim=2))
         data = TensorDict(

@@ -52,6 +52,17 @@ average. In parts the band needs only ``spi + batch_size``, and the counts stay
 in it after every row. The cost: an ``extend`` that times out may have written
 its first rows; the error's ``written`` says how many (they stay, counted).
 
+Write-side transforms run on each part: every buffer cuts the rows *given* to
+``extend`` into parts, runs a part through its write-side transforms, and reserves
+the rows the part *stores* (only the rows kept are counted). A part that stores
+more rows than it was given waits until all of them fit and goes in whole; one
+that could never fit at once (``m * spi + batch_size > max_diff - min_diff``, or
+more than fit while fewer than ``min_size_to_sample`` rows are held and no sample
+can make room) is refused with a ``ValueError`` rather than waited for. ``written``
+counts rows given (the input rows whose parts went in), so
+``extend(data[err.written:])`` writes each row once whatever the transforms keep;
+``index`` holds the slots of the rows stored.
+
 Prefetching (``prefetch=N``): the worker thread never waits for the limiter
 (every write first waits for the worker's pending draws, so a worker waiting for
 inserts would deadlock). ``sample()`` waits for the band in the caller's thread

@@ -615,10 +615,9 @@ class ReplayBuffer(BufferBase[Sampled]):
         assert gate is not None
         transform = self._transform.inv if self._transform.writes and not transformed else None
         data = data_types.as_batch(data)
-        n = None if whole else _input_rows(data)
-        one = n is None  # the input goes in as one part
-        if one:
-            n = 1
+        counted = None if whole else _input_rows(data)
+        one = counted is None  # the input goes in as one part
+        n = 1 if counted is None else counted
 
         def prepare(a: int, b: int) -> tuple[Any, int]:
             part = data if one or b - a == n else _input_part(data, a, b)

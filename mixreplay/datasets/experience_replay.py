@@ -222,7 +222,7 @@ def _dataset_id(value: Any, paths: bool) -> str:
             f"dataset_id must be {what}, got {describe(value)}; e.g. "
             + ("'hopper-medium-v2'" if paths else "'mujoco/hopper/expert-v0'")
         )
-    return os.fspath(value) if paths else value
+    return str(os.fspath(value))
 
 
 def _open(prefix: str, dataset_id: str, download: bool | str, root: Path | None, **kw: Any):

@@ -161,8 +161,11 @@ class RateLimitTimeoutError(MixreplayError, TimeoutError):
         samples: rows sampled when the call gave up.
         size: online rows held when the call gave up.
         written: for an ``extend``, how many of its rows (the first ones) were written;
-            0 for a ``sample``. Write the rest with ``extend(data[err.written:])``.
-        index: the slots those rows went to (``None`` for a ``sample``, or where not known).
+            0 for a ``sample``. Write the rest with ``extend(data[err.written:])``. Rows
+            as given: with write-side transforms, the input rows whose transformed rows
+            went in.
+        index: the slots the rows stored went to (``None`` for a ``sample``, or where not
+            known).
     """
 
     def __init__(

@@ -52,6 +52,17 @@ average. In parts the band needs only ``spi + batch_size``, and the counts stay
 in it after every row. The cost: an ``extend`` that times out may have written
 its first rows; the error's ``written`` says how many (they stay, counted).
 
+Write-side transforms run on each part: every buffer cuts the rows *given* to
+``extend`` into parts, runs a part through its write-side transforms, and reserves
+the rows the part *stores* (only the rows kept are counted). A part that stores
+more rows than it was given waits until all of them fit and goes in whole; one
+that could never fit at once (``m * spi + batch_size > max_diff - min_diff``, or
+more than fit while fewer than ``min_size_to_sample`` rows are held and no sample
+can make room) is refused with a ``ValueError`` rather than waited for. ``written``
+counts rows given (the input rows whose parts went in), so
+``extend(data[err.written:])`` writes each row once whatever the transforms keep;
+``index`` holds the slots of the rows stored.
+
 Prefetching (``prefetch=N``): the worker thread never waits for the limiter
 (every write first waits for the worker's pending draws, so a worker waiting for
 inserts would deadlock). ``sample()`` waits for the band in the caller's thread
@@ -509,6 +520,8 @@ class RateGate:
         self._closed = False
         self._waiting = 0  # calls waiting on the condition
         self._batch_ok = -1  # the last batch size checked against the band
+        #: the largest batch size checked against the band (the buffer's, and every sample's)
+        self._batch_max = 0
 
     # -- waiting ----------------------------------------------------------------------------
 
@@ -558,6 +571,7 @@ class RateGate:
         if n != self._batch_ok:
             self.limiter.check_batch(n)
             self._batch_ok = n
+            self._batch_max = max(self._batch_max, n)
         lim = self.limiter
         with self._cond:
             if self._closed or not lim.sample_allowed(
@@ -618,10 +632,68 @@ class RateGate:
             self._pending_inserts += k
         return k
 
+    def reserve_rows(
+        self,
+        m: int,
+        total: int,
+        deadline: float | None,
+        timeout: float | None,
+        written: int,
+        index: Any,
+    ) -> None:
+        """Wait until ``m`` rows fit the band at once; reserve them.
+
+        One part of an ``extend`` (of ``total`` input rows, ``written`` of them in) whose
+        write-side transforms made more rows than its input rows. Rows that no sample can
+        ever make room for refuse the call (``ValueError``) rather than wait for good:
+        more than the band holds beside a batch (``m * spi + batch_size > max_diff -
+        min_diff``), or more than fit while nothing can be sampled yet (fewer than
+        ``min_size_to_sample`` rows held) and no other insert is on its way.
+        """
+        lim = self.limiter
+
+        def fits() -> int:
+            pending = self._pending_inserts
+            inserts, size = self._inserts + pending, self._size + pending
+            if lim.inserts_allowed(inserts, self._samples, size, m) >= m:
+                return 1
+            width, spi, batch = lim.max_diff - lim.min_diff, lim.samples_per_insert, self._batch_max
+            if m * spi + batch > width:
+                why = (
+                    f"{m:,} rows take {m * spi:,.6g} of the band, which is {width:,.6g} wide and "
+                    f"must also hold a batch of {batch:,}"
+                )
+                need = (m * spi + batch) / 2
+            elif size < lim.min_size_to_sample and not pending:
+                why = (
+                    f"{size:,} rows are held, fewer than the {lim.min_size_to_sample:,} needed "
+                    "to sample, so no sample can make room"
+                )
+                need = (inserts + m) * spi - self._samples - lim.min_size_to_sample * spi
+            else:
+                return 0
+            done = f"; {written:,} of its rows were written before" if written else ""
+            raise ValueError(
+                f"extend of {total:,} rows: a write-side transform made the next rows into "
+                f"{m:,} rows, more than {lim!r} can ever let in at once ({why}){done}: a part's "
+                f"rows go in whole; widen the band (error_buffer >= {max(need, 0):,.6g}) or "
+                "make the transform return fewer rows per row"
+            )
+
+        with self._cond:
+            self._wait(
+                fits,
+                deadline,
+                lambda: self._timeout(
+                    f"extend of {total:,} rows", timeout, written, index() if written else None
+                ),
+            )
+            self._pending_inserts += m
+
     def commit_insert(self, k: int, size: int, rows: int, part: int | None = None) -> None:
-        """``k`` reserved rows went in as ``rows`` rows (fewer if a write-side transform
-        dropped some); the buffer now holds ``size`` online rows, or, for a buffer of
-        several written storages, storage ``part`` holds ``size``.
+        """``k`` reserved rows went in as ``rows`` rows; the buffer now holds ``size``
+        online rows, or, for a buffer of several written storages, storage ``part`` holds
+        ``size``.
 
         A buffer of several storages passes ``part`` and that storage's size, read under
         its lock: a total read there could count rows another collector has just written
@@ -753,37 +825,58 @@ def write_limited(
     gate: RateGate,
     n: int,
     timeout: float | None,
-    write: Callable[[int, int, Callable[[int, int], None]], Any],
+    prepare: Callable[[int, int], tuple[Any, int]],
+    write: Callable[[Any, Callable[..., None]], Any],
     join: Callable[[list[Any]], Any],
 ) -> Any:
-    """Write ``n`` rows in the parts the band allows.
+    """Write ``n`` input rows in the parts the band allows.
 
-    ``write(a, b, commit)`` writes rows ``[a, b)`` and calls ``commit(size, rows[, part])``
-    (the online rows held after it, or held by storage ``part``; how many rows it wrote)
-    *under the lock that guards the rows*, so that a checkpoint never holds rows without their count; it returns the
+    Each part is input rows ``[a, b)``, as many as fit now. ``prepare(a, b)`` returns
+    ``(rows, m)``: what they store (after the buffer's write-side transforms) and how many
+    rows that is (``0``: nothing to write). The part reserves ``m`` rows: at once when
+    ``m <= b - a``, else after waiting until all ``m`` fit (see :meth:`RateGate.reserve_rows`).
+    ``write(rows, commit)`` writes them and calls ``commit(size[, part])`` (the online
+    rows held after it, or held by storage ``part``) *under the lock that guards the
+    rows*, so that a checkpoint never holds rows without their count; it returns the
     slots written. Reserved rows it does not commit (a failed write) are given back.
-    ``join`` makes one result of the parts' slots (also for the rows a timeout
-    leaves written).
+    ``join`` makes one result of the slots of the parts that stored rows (also for the
+    rows a timeout leaves written, whose ``written`` counts input rows).
     """
     deadline = _deadline(timeout)
     parts: list[Any] = []
+
+    def done() -> Any:
+        return join(parts)
+
     a = 0
     while a < n:
-        k = gate.reserve_insert(n - a, deadline, timeout, a, lambda: join(parts))
-        committed = False
-
-        def commit(size: int, rows: int, part: int | None = None, k: int = k) -> None:
-            nonlocal committed
-            gate.commit_insert(k, size, rows, part)
-            committed = True
-
+        k = gate.reserve_insert(n - a, deadline, timeout, a, done)
+        b = a + k
         try:
-            parts.append(write(a, a + k, commit))
-        finally:
-            if not committed:
-                gate.cancel_insert(k)
-        a += k
-    return parts[0] if len(parts) == 1 else join(parts)
+            rows, m = prepare(a, b)
+        except BaseException:
+            gate.cancel_insert(k)
+            raise
+        if m < k:
+            gate.cancel_insert(k - m)  # rows the write-side transforms dropped
+        elif m > k:
+            gate.cancel_insert(k)  # more rows than the input's: wait until all of them fit
+            gate.reserve_rows(m, n, deadline, timeout, a, done)
+        if m:
+            committed = False
+
+            def commit(size: int, part: int | None = None, m: int = m) -> None:
+                nonlocal committed
+                gate.commit_insert(m, size, m, part)
+                committed = True
+
+            try:
+                parts.append(write(rows, commit))
+            finally:
+                if not committed:
+                    gate.cancel_insert(m)
+        a = b
+    return done()
 
 
 def make_gate(
@@ -814,11 +907,18 @@ def make_gate(
             )
     if limiter is None:
         return None
-    if not isinstance(limiter, RateLimiter):
+    if not isinstance(limiter, RateLimiter) or type(limiter).config is RateLimiter.config:
+        # the base class (or a subclass without config()) would fail at the first checkpoint
+        extra = (
+            " (a RateLimiter without config(), which every checkpoint saves: use one of those, "
+            "or a subclass that implements config())"
+            if isinstance(limiter, RateLimiter)
+            else ""
+        )
         raise TypeError(
             f"rate_limiter must be a mixreplay.MinSize or mixreplay.SampleToInsertRatio, got "
-            f"{describe(limiter)}; e.g. rate_limiter=SampleToInsertRatio(samples_per_insert="
-            "4 * 256, min_size_to_sample=1000, error_buffer=4 * 256)"
+            f"{describe(limiter)}{extra}; e.g. rate_limiter=SampleToInsertRatio("
+            "samples_per_insert=4 * 256, min_size_to_sample=1000, error_buffer=4 * 256)"
         )
     if capacity <= 0:
         raise ValueError(
@@ -832,9 +932,11 @@ def make_gate(
             f"than the {capacity} online rows this {owner} can hold, so sampling would wait "
             f"for good; use min_size_to_sample <= {capacity}"
         )
+    gate = RateGate(limiter, size=size)
     if batch_size is not None:
         limiter.check_batch(batch_size)
-    return RateGate(limiter, size=size)
+        gate._batch_max = batch_size
+    return gate
 
 
 def _total(size: int | Sequence[int]) -> int:

@@ -12,6 +12,7 @@ from multiprocessing.context import get_spawning_popen
 from typing import Any, NamedTuple
 
 import torch
+import torch.utils._pytree as pytree
 from tensordict import TensorDict, TensorDictBase
 
 from mixreplay import data_types
@@ -137,6 +138,38 @@ def _transpose(data: Any, dim: int) -> Any:
     from torch.utils._pytree import tree_map
 
     return tree_map(lambda x: x.transpose(dim, 0) if isinstance(x, torch.Tensor) else x, data)
+
+
+def _join_slots(parts: list[torch.Tensor]) -> torch.Tensor:
+    """The slots of the parts of a rate-limited write that stored rows, as one 1-D tensor
+    (TorchRL's empty ``[0, 1]`` when no part stored any)."""
+    if not parts:
+        return _NOTHING_WRITTEN.clone()
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def _input_rows(data: Any) -> int | None:
+    """How many rows ``data`` (as given to ``extend``) holds along dim 0; ``None`` when it
+    cannot be cut into parts of rows (it then goes through the rate limiter as one part)."""
+    if data_types.is_collection(data):
+        shape = data.batch_size
+    elif isinstance(data, torch.Tensor):
+        shape = data.shape
+    else:
+        leaves = pytree.tree_leaves(data)
+        if not leaves or not all(isinstance(x, torch.Tensor) and x.ndim for x in leaves):
+            return None
+        if len({x.shape[0] for x in leaves}) != 1:
+            return None
+        return int(leaves[0].shape[0])
+    return int(shape[0]) if len(shape) else None
+
+
+def _input_part(data: Any, a: int, b: int) -> Any:
+    """Rows ``[a, b)`` of ``data`` (of a type :func:`_input_rows` counts rows of)."""
+    if data_types.is_collection(data) or isinstance(data, torch.Tensor):
+        return data[a:b]
+    return pytree.tree_map(lambda x: x[a:b], data)
 
 
 class _SentGenerator:
@@ -496,7 +529,8 @@ class ReplayBuffer(BufferBase[Sampled]):
 
         With a rate limiter the rows go in as its band allows, waiting up to ``timeout``
         seconds (``None``: until allowed, or until :meth:`close`) for samples to make room;
-        see :mod:`mixreplay.rate_limit`.
+        the write-side transforms then run on each part of ``data`` that goes in (see
+        :mod:`mixreplay.rate_limit`).
         """
         return self._storage.grid_index(self.extend_checked(data, None, timeout=timeout))
 
@@ -507,20 +541,32 @@ class ReplayBuffer(BufferBase[Sampled]):
         *,
         timeout: float | None = None,
         written: Callable[[torch.Tensor], None] | None = None,
+        transformed: bool = False,
     ) -> torch.Tensor:
         """:meth:`extend`, calling ``check(rows)`` on the rows as they will be stored (after
         the write-side transforms) before anything is written; what ``check`` raises is
         raised, and nothing is written. A mixing buffer checks that its sources' rows mix
         this way, on what its online side will really hold. ``written(index)`` is called
         under the storage's lock once the rows are in (a mixing buffer's rate limiter
-        counts them there)."""
-        if self._transform.writes:
+        counts them there). ``transformed``: ``data`` already went through
+        :meth:`write_side` (a mixing buffer's rate-limited write, part by part)."""
+        if self._gate is not None and not self._storage.holds_items:
+            return self._extend_limited(data, check, timeout)
+        if self._transform.writes and not transformed:
             data = self._transform.inv(data)
             if _no_rows(data):
                 return _NOTHING_WRITTEN.clone()
         if check is not None:
             check(data)
         return self._write(data, timeout, written)
+
+    def write_side(self, data: Any) -> Any:
+        """``data`` after this buffer's write-side transforms (``None``: nothing to write)."""
+        if self._transform.writes:
+            data = self._transform.inv(data)
+            if _no_rows(data):
+                return None
+        return data
 
     def add(self, data: Any, *, timeout: float | None = None) -> Any:
         """Write one row (a TensorDict ``[]``, a tensor, a pytree, a tensorclass); return its slot.
@@ -535,10 +581,15 @@ class ReplayBuffer(BufferBase[Sampled]):
             data = self._transform.inv(data_types.one_row(data) if collection else data)
             if _no_rows(data):
                 return _NOTHING_WRITTEN.clone()
+            data = data if collection else self._one(data)
+        else:
+            data = self._one(data)
+        if self._gate is not None and not self._storage.holds_items:
+            # one row in: what the write sides made of it goes in whole
             return self._added(
-                self._write(data if collection else self._one(data), timeout, step=True)
+                self._extend_limited(data, None, timeout, transformed=True, whole=True)
             )
-        return self._added(self._write(self._one(data), timeout, step=True))
+        return self._added(self._write(data, timeout, step=True))
 
     def _added(self, slots: torch.Tensor) -> Any:
         """What ``add`` returns: the row's slot; for an ndim=2 storage TorchRL's ``[width, 2]``
@@ -575,8 +626,6 @@ class ReplayBuffer(BufferBase[Sampled]):
             rows = data
             if convert:  # not the fast path: data of another type than TensorDict rows [n]
                 rows, codec = data_types.to_rows(data, codec, storage.schema is None)
-            if self._gate is not None:  # rate limiter: in the parts its band allows
-                return self._write_limited(rows, convert, codec, check_timeout(timeout))
             self._before_write()
             # One lock around the write and the sampler's bookkeeping: a concurrent sample or
             # priority update never sees rows its sampler has not been told about.
@@ -617,27 +666,76 @@ class ReplayBuffer(BufferBase[Sampled]):
         self._after_write()
         return index
 
-    def _write_limited(
-        self, rows: Any, convert: bool, codec: Any, timeout: float | None
+    def _extend_limited(
+        self,
+        data: Any,
+        check: Callable[[Any], None] | None,
+        timeout: float | None,
+        *,
+        transformed: bool = False,
+        whole: bool = False,
+        stored: Callable[[Any], Any] | None = None,
+        after: Callable[[int, int, Any, torch.Tensor], None] | None = None,
     ) -> torch.Tensor:
-        """:meth:`_write` with a rate limiter: rows ``[a, b)`` at a time, as its band allows."""
+        """:meth:`extend_checked` with a rate limiter: input rows ``[a, b)`` at a time, as its
+        band allows (see :func:`~mixreplay.rate_limit.write_limited`).
+
+        Each part of the input goes through the write-side transforms (unless
+        ``transformed``), then ``stored(part)`` (what to write of it; default: all of it),
+        ``check``, and is written whole; ``after(a, b, part, index)`` runs once input rows
+        ``[a, b)`` are in. ``whole``: the input is one part (an ``add``).
+        """
+        timeout = check_timeout(timeout)
         storage, gate = self._storage, self._gate
         assert gate is not None
-        n = rows.batch_size[0]
+        transform = self._transform.inv if self._transform.writes and not transformed else None
+        data = data_types.as_batch(data)
+        counted = None if whole else _input_rows(data)
+        one = counted is None  # the input goes in as one part
+        n = 1 if counted is None else counted
 
-        def write(a: int, b: int, commit) -> torch.Tensor:
-            part = rows if b - a == n else rows[a:b]
+        def prepare(a: int, b: int) -> tuple[Any, int]:
+            part = data if one or b - a == n else _input_part(data, a, b)
+            if transform is not None:
+                part = transform(part)
+                if _no_rows(part):
+                    return None, 0
+            rows = part if stored is None else stored(part)
+            if check is not None:
+                check(rows)
+            codec = storage.codec
+            convert = codec is not None or type(rows) is not TensorDict or rows.batch_dims != 1
+            if convert:
+                try:
+                    rows, codec = data_types.to_rows(rows, codec, storage.schema is None)
+                except RuntimeError as err:
+                    clear = data_types.explain_write_error(part, err)
+                    if clear is None:
+                        raise
+                    raise clear from err
+            return (a, b, part, rows, convert, codec), rows.batch_size[0]
+
+        def write(prepared: Any, commit: Callable[..., None]) -> torch.Tensor:
+            a, b, part, rows, convert, codec = prepared
             self._before_write()
-            with storage.lock:
-                index = storage.extend(part)
-                if convert:
-                    storage.codec = codec
-                self._sampler.on_extend(index, storage)
-                commit(len(storage), b - a)  # under the lock: a checkpoint holds rows and count
+            try:
+                with storage.lock:
+                    index = storage.extend(rows)
+                    if convert:
+                        storage.codec = codec
+                    self._sampler.on_extend(index, storage)
+                    commit(len(storage))  # under the lock: a checkpoint holds rows and count
+            except RuntimeError as err:
+                clear = data_types.explain_write_error(part, err)
+                if clear is None:
+                    raise
+                raise clear from err
             self._after_write()
+            if after is not None:
+                after(a, b, part, index)
             return index
 
-        return write_limited(gate, n, timeout, write, torch.cat)
+        return write_limited(gate, n, timeout, prepare, write, _join_slots)
 
     # -- reading ---------------------------------------------------------------------------
 

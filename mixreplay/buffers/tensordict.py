@@ -36,7 +36,7 @@ from tensordict.utils import expand_as_right
 from mixreplay._validate import describe
 from mixreplay.buffers.replay import _NOTHING_WRITTEN, DEFAULT_CAPACITY, ReplayBuffer, Sampled
 from mixreplay.data_types import summarize
-from mixreplay.errors import DataStructureError, PriorityError
+from mixreplay.errors import DataStructureError, PriorityError, RateLimitTimeoutError
 from mixreplay.schema import NestedKey, normalize_key
 from mixreplay.storages.items import ListStorage
 
@@ -62,12 +62,17 @@ _REDUCTIONS = ("max", "min", "mean", "median")
 def check_priority_key(key: Any) -> NestedKey:
     """``key`` if it names an entry (a string or a tuple of strings); ``TypeError`` otherwise."""
     try:
-        normalize_key(key)
+        parts = normalize_key(key)
     except (TypeError, ValueError):
         raise TypeError(
             f"priority_key must name an entry of the rows (a str, or a tuple of str for a "
             f"nested key), got {describe(key)}; e.g. priority_key='td_error'"
         ) from None
+    if any(part == "" for part in parts):
+        raise ValueError(
+            f"priority_key={key!r} holds an empty name, which no entry has; name the entry "
+            "holding a row's priority, e.g. priority_key='td_error'"
+        )
     return key
 
 
@@ -191,6 +196,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
                 f"{type(self).__name__} only accepts TensorDictBase subclasses, got "
                 f"{summarize(data)}: tensorclasses and other types go in a ReplayBuffer"
             )
+        if self._gate is not None and not self._storage.holds_items:
+            return self._extend_td_limited(data, update_priority, timeout)
         if self._transform.writes:
             data = self._transform.inv(data)
             if data is None or (isinstance(data, TensorDictBase) and data.shape[:1] == (0,)):
@@ -220,6 +227,66 @@ class TensorDictReplayBuffer(ReplayBuffer):
             value = grid.transpose(0, 1) if dim else grid
             value = value.reshape(*shape, 2)
             data.set("index", value.to(data.device) if data.device is not None else value)
+        return index
+
+    def _extend_td_limited(
+        self, data: TensorDictBase, update_priority: bool | None, timeout: float | None
+    ) -> torch.Tensor:
+        """:meth:`extend` with a rate limiter: in the parts its band allows, each part's rows
+        given their priorities as soon as they are in, so that a timeout part-way leaves the
+        rows written with their priorities.
+
+        Without write-side transforms, ``data["index"]`` is set at the end, also when the
+        call times out: the slots of the rows written, ``-1`` for the rows not written. With
+        write-side transforms, ``"index"`` goes into what the transforms returned for each
+        part (as TorchRL sets it into the transform's output).
+        """
+        prioritized = self._sampler.prioritized and (update_priority is None or update_priority)
+        key = self.priority_key
+        if self._transform.writes:
+
+            def stored(part: Any) -> Any:
+                if not isinstance(part, TensorDictBase):
+                    return part
+                if prioritized:
+                    priority = part.get(key, None)
+                    if priority is not None:  # checked before the part is written
+                        _check_values(priority, part.shape[0] if part.batch_dims else 1)
+                return self._without_bookkeeping(part)
+
+            def after(a: int, b: int, part: Any, index: torch.Tensor) -> None:
+                if not isinstance(part, TensorDictBase):
+                    return
+                _set_index(part, index)
+                priority = part.get(key, None) if prioritized else None
+                if priority is not None:
+                    self.update_priority(index, priority)
+
+            return self._extend_limited(data, None, timeout, stored=stored, after=after)
+
+        n = data.shape[0] if data.batch_dims else 1
+        priority = data.get(key, None) if prioritized else None
+        if priority is not None:
+            _check_values(priority, n)  # before anything is written
+            priority = torch.as_tensor(priority)
+        cut = priority is not None and priority.ndim > 0 and priority.shape[0] == n
+
+        def given(a: int, b: int, part: Any, index: torch.Tensor) -> None:
+            if priority is not None:  # at once: a timeout later leaves these rows with theirs
+                self.update_priority(index, priority[a:b] if cut else priority)
+
+        try:
+            index = self._extend_limited(
+                self._without_bookkeeping(data), None, timeout, after=given
+            )
+        except RateLimitTimeoutError as err:
+            if data.batch_dims and isinstance(err.index, torch.Tensor):
+                slots = torch.full((n,), -1, dtype=torch.long)
+                if err.index.numel() == err.written:
+                    slots[: err.written] = err.index.reshape(-1)
+                    _set_index(data, slots)
+            raise
+        _set_index(data, index)
         return index
 
     def add(self, data: Any, *, timeout: float | None = None) -> Any:
@@ -313,7 +380,14 @@ class TensorDictReplayBuffer(ReplayBuffer):
                 priority = torch.tensor(float(self._sampler.default_priority))
             else:
                 priority = reduce_priority(torch.as_tensor(raw), reduction)
-        index = data.get("index")
+        index = data.get("index", None)
+        if index is None:
+            raise KeyError(
+                f"update_tensordict_priority needs the batch's 'index' entry (the slots "
+                f"{type(self).__name__}.sample() sets), and this TensorDict has none (keys "
+                f"{sorted(map(str, data.keys()))[:8]}); pass a batch as sample() returned it, "
+                "or call update_priority(index, priority) with the slots"
+            )
         while index.shape != priority.shape and index.ndim > priority.ndim:
             index = index[..., 0]  # TorchRL's: rows of [T] carry their slot T times
         self.update_priority(index.reshape(-1), priority.reshape(-1))

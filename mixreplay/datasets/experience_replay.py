@@ -36,6 +36,7 @@ TorchRL keeps them: Minari's rewards are float64, which TorchRL's programs cast 
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -47,7 +48,7 @@ from tensordict import TensorDict, TensorDictBase
 from mixreplay._validate import check_bool, check_choice, describe
 from mixreplay.buffers.offline import OfflineDataset
 from mixreplay.buffers.tensordict import TensorDictReplayBuffer
-from mixreplay.errors import ReadOnlyError
+from mixreplay.errors import DatasetError, ReadOnlyError
 from mixreplay.samplers import Sampler
 from mixreplay.storages.base import Storage
 from mixreplay.storages.foreign import adapt_storage
@@ -203,14 +204,45 @@ class _DatasetExperienceReplay(TensorDictReplayBuffer):
 
 
 def _download(value: Any) -> bool | str:
+    # TorchRL's types: a bool or "force" (1 == True, so check_choice alone would take 1)
+    if not isinstance(value, (bool, str)):
+        raise TypeError(
+            f"download must be True, False or 'force', got {describe(value)}; e.g. "
+            "download=True (fetch when missing)"
+        )
     return check_choice(value, "download", (True, False, "force"))
+
+
+def _dataset_id(value: Any, paths: bool) -> str:
+    """``dataset_id`` as a str: a name (or, ``paths``, a file path); refused otherwise."""
+    kinds = (str, os.PathLike) if paths else (str,)
+    if not isinstance(value, kinds):
+        what = "a dataset name or an HDF5 file path (str or os.PathLike)" if paths else "a str"
+        raise TypeError(
+            f"dataset_id must be {what}, got {describe(value)}; e.g. "
+            + ("'hopper-medium-v2'" if paths else "'mujoco/hopper/expert-v0'")
+        )
+    return str(os.fspath(value))
+
+
+def _open(prefix: str, dataset_id: str, download: bool | str, root: Path | None, **kw: Any):
+    try:
+        return _load(prefix, dataset_id, download, root, **kw)
+    except OSError as err:
+        if err.errno != errno.ENAMETOOLONG:
+            raise
+        raise DatasetError(
+            f"dataset_id {dataset_id!r:.80} ({len(dataset_id):,} characters) names no dataset: "
+            "it is longer than a file name may be on this system; pass the dataset's name "
+            "(e.g. 'hopper-medium-v2') or the path of its file"
+        ) from None
 
 
 def _root(root: Any) -> Path | None:
     return None if root is None else Path(os.fspath(root)).expanduser()
 
 
-def _open(prefix: str, dataset_id: str, download: bool | str, root: Path | None, **kw: Any):
+def _load(prefix: str, dataset_id: str, download: bool | str, root: Path | None, **kw: Any):
     from mixreplay.datasets.registry import load_dataset
 
     return load_dataset(
@@ -267,6 +299,7 @@ class MinariExperienceReplay(_DatasetExperienceReplay):
         split_trajs: bool = False,
         load_from_local_minari: bool = False,
     ):
+        dataset_id = _dataset_id(dataset_id, paths=False)
         download = _download(download)
         local = check_bool(load_from_local_minari, "load_from_local_minari")
         self.dataset_id = dataset_id
@@ -369,6 +402,7 @@ class D4RLExperienceReplay(_DatasetExperienceReplay):
                 "D4RL file directly (as TorchRL does with direct_download=True, which refuses "
                 "them too)"
             )
+        dataset_id = _dataset_id(dataset_id, paths=True)
         download = _download(download)
         self.dataset_id = dataset_id
         self.download = download

@@ -21,6 +21,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from mixreplay._state import Plan
 from mixreplay.buffers.base import BufferBase
+from mixreplay.buffers.replay import _join_slots
 from mixreplay.errors import (
     CheckpointError,
     EmptyBufferError,
@@ -230,29 +231,39 @@ class MixingBuffer(BufferBase[MixedDraw]):
     def _write_limited(
         self, src: MixSource, data: TensorDictBase, check: Any, timeout: float | None
     ) -> torch.Tensor:
-        """:meth:`_write` with a rate limiter: rows ``[a, b)`` at a time, as its band allows."""
+        """:meth:`_write` with a rate limiter: input rows ``[a, b)`` at a time, as its band
+        allows, each part through the source's write-side transforms and reserved by the rows
+        it stores (see :func:`~mixreplay.rate_limit.write_limited`)."""
         assert self._gate is not None
         n = data.batch_size[0]
 
         part = self._inserted_sources.index(src)
 
-        def write(a: int, b: int, commit) -> torch.Tensor:
+        def prepare(a: int, b: int) -> tuple[Any, int]:
+            rows = src.write_side(data if b - a == n else data[a:b])
+            if rows is None:
+                return None, 0
+            check(rows)  # refused: nothing of this part is written
+            return rows, rows.batch_size[0]
+
+        def write(rows: TensorDictBase, commit) -> torch.Tensor:
             first = len(src) == 0
             self._before_write()
             index = src.extend(
-                data if b - a == n else data[a:b],
-                check,
+                rows,
+                None,
                 # under the source's lock: a checkpoint holds the rows and their count; its
                 # own size only (another source's rows written meanwhile under that source's
                 # lock count with their own insert)
-                lambda index: commit(len(src), len(index), part),
+                lambda index: commit(len(src), part),
+                transformed=True,
             )
             if first:  # a source's first rows may give batches their layout: plan again
                 self._plan = None
             self._after_write()
             return index
 
-        return write_limited(self._gate, n, timeout, write, torch.cat)
+        return write_limited(self._gate, n, timeout, prepare, write, _join_slots)
 
     def _sources_stamp(self) -> int:
         # versions only grow, so the sum changes whenever any source's transform changes

@@ -234,17 +234,24 @@ class MixSource(abc.ABC):
         before its lock by whoever reads or replaces its whole state."""
         return contextlib.nullcontext()
 
+    def write_side(self, data: TensorDictBase) -> Any:
+        """``data`` as :meth:`extend` would store it: after the source's write-side
+        transforms (``None``: they keep nothing)."""
+        return data
+
     def extend(
         self,
         data: TensorDictBase,
         check: Callable[[TensorDictBase], None] | None = None,
         written: Callable[[torch.Tensor], None] | None = None,
+        transformed: bool = False,
     ) -> torch.Tensor:
         """Write rows; return where they went. ``check(rows)``, when given, is called on the
         rows as they will be stored (after any write-side transform), before anything is
         written; what it raises is raised, with nothing written. ``written(index)``, when
         given, is called once the rows are in, under :meth:`lock` (a rate limiter counts
-        them there, so that a checkpoint holds rows and count together)."""
+        them there, so that a checkpoint holds rows and count together). ``transformed``:
+        ``data`` already went through :meth:`write_side`."""
         raise ReadOnlyError(f"{self!r} is read-only")
 
     @abc.abstractmethod
@@ -424,13 +431,17 @@ class BufferSource(MixSource):
     def paused(self) -> AbstractContextManager[Any]:
         return self.buffer.prefetch_paused()
 
+    def write_side(self, data: TensorDictBase) -> Any:
+        return self.buffer.write_side(data)
+
     def extend(
         self,
         data: TensorDictBase,
         check: Callable[[TensorDictBase], None] | None = None,
         written: Callable[[torch.Tensor], None] | None = None,
+        transformed: bool = False,
     ) -> torch.Tensor:
-        return self.buffer.extend_checked(data, check, written=written)
+        return self.buffer.extend_checked(data, check, written=written, transformed=transformed)
 
     def state_dict(self, *, copy: bool = True, by_reference: bool = False) -> dict[str, Any]:
         return self.buffer.state_dict(copy=copy, by_reference=by_reference)

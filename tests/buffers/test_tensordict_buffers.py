@@ -15,7 +15,9 @@ from mixreplay import (
     PrioritizedReplayBuffer,
     PrioritizedSampler,
     RandomSampler,
+    RateLimitTimeoutError,
     ReplayBuffer,
+    SampleToInsertRatio,
     SliceSampler,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
@@ -343,3 +345,51 @@ def test_a_plain_prioritized_buffer_refuses_update_tensordict_priority_naming_th
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert hasattr(prioritized(), "update_tensordict_priority")
+
+
+# -- with a rate limiter: a timeout part-way loses nothing ---------------------------------------
+
+
+def test_a_limited_extend_timing_out_part_way_keeps_priorities_and_sets_index():
+    limiter = SampleToInsertRatio(samples_per_insert=8, min_size_to_sample=2, error_buffer=16)
+    rb = TensorDictPrioritizedReplayBuffer(
+        alpha=1.0, beta=1.0, storage=LazyTensorStorage(20), batch_size=4, generator=0,
+        rate_limiter=limiter,
+    )  # fmt: skip
+    td = rows(8)
+    td["td_error"] = torch.arange(1.0, 9.0) * 10
+    with pytest.raises(RateLimitTimeoutError) as caught:
+        rb.extend(td, timeout=0)  # 4 rows fit (2 filling up, 2 in the band)
+    assert caught.value.written == 4
+    assert priorities(rb) == pytest.approx([10.0, 20.0, 30.0, 40.0])
+    assert td["index"].tolist() == [0, 1, 2, 3, -1, -1, -1, -1]  # -1: not written
+    for _ in range(8):
+        rb.sample(timeout=0)
+    rest = td[caught.value.written :]
+    rb.extend(rest, timeout=0)  # the documented resume: the rest, with their priorities
+    assert priorities(rb) == pytest.approx([10.0 * i for i in range(1, 9)])
+    assert rest["index"].tolist() == [4, 5, 6, 7]
+
+
+def test_update_tensordict_priority_without_index_names_the_key():
+    rb = prioritized()
+    rb.extend(rows(4))
+    batch = rb.sample(4).exclude("index")
+    batch["td_error"] = torch.ones(4)
+    with pytest.raises(KeyError, match=r"update_tensordict_priority needs the batch's 'index' entry .* call update_priority\(index, priority\)"):  # fmt: skip
+        rb.update_tensordict_priority(batch)
+
+
+def test_an_empty_priority_key_is_refused():
+    with pytest.raises(ValueError, match=r"priority_key='' holds an empty name"):
+        TensorDictReplayBuffer(priority_key="")
+    with pytest.raises(ValueError, match=r"priority_key=\('a', ''\) holds an empty name"):
+        TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, priority_key=("a", ""))
+
+
+def test_info_index_is_the_batchs_index_as_in_torchrl():
+    # TorchRL sets info["index"] itself into the batch (the same tensor): kept as it is
+    rb = prioritized(capacity=50)
+    rb.extend(rows(50))
+    batch, info = rb.sample(4, return_info=True)
+    assert batch["index"] is info["index"]

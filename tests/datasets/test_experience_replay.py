@@ -10,6 +10,7 @@ from tensordict import TensorDict
 
 from mixreplay import (
     D4RLExperienceReplay,
+    DatasetError,
     DatasetNotFoundError,
     MinariExperienceReplay,
     ReadOnlyError,
@@ -186,3 +187,25 @@ def test_episode_starts(minari_root):
     lengths = [len(ep.rewards) for ep in minari_root[PENDULUM].episodes]
     assert data.episode_starts.tolist() == np.cumsum([0, *lengths[:-1]]).tolist()
     assert isinstance(data[:2], TensorDict)
+
+
+def test_download_and_dataset_id_take_torchrls_types_only(tmp_path):
+    path = tmp_path / "x.hdf5"
+    write_d4rl(path, d4rl_arrays())
+    for bad in (1, 0, None, "FORCE"):
+        with pytest.raises((TypeError, ValueError), match=r"download must be"):
+            D4RLExperienceReplay(str(path), 4, download=bad)
+    with pytest.raises(TypeError, match=r"download must be True, False or 'force', got int 1"):
+        MinariExperienceReplay("mujoco/hopper/expert-v0", 4, download=1)
+    for bad in (None, 123):
+        with pytest.raises(TypeError, match=r"dataset_id must be a dataset name or an HDF5 file path \(str or os.PathLike\)"):  # fmt: skip
+            D4RLExperienceReplay(bad, 4, download=False)
+        with pytest.raises(TypeError, match=r"dataset_id must be a str"):
+            MinariExperienceReplay(bad, 4, download=False)
+    assert len(D4RLExperienceReplay(path, 4, root=tmp_path / "c")) == 20  # a Path is a path
+
+
+def test_a_dataset_id_too_long_for_a_file_name_is_a_dataset_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("D4RL_DATASET_DIR", str(tmp_path / "d4rl"))
+    with pytest.raises(DatasetError, match=r"\(5,000 characters\) names no dataset: it is longer than a file name may be"):  # fmt: skip
+        D4RLExperienceReplay("x" * 5000, 4, download=False)

@@ -156,6 +156,20 @@ def test_a_limiter_that_is_not_one_is_refused():
         ReplayBuffer(rate_limiter=4)
 
 
+def test_the_base_rate_limiter_is_refused_at_construction_not_at_the_first_checkpoint():
+    from mixreplay.rate_limit import RateLimiter
+
+    with pytest.raises(TypeError, match=r"rate_limiter must be a mixreplay\.MinSize or mixreplay\.SampleToInsertRatio, got RateLimiter .* \(a RateLimiter without config\(\), which every checkpoint saves"):  # fmt: skip
+        ReplayBuffer(rate_limiter=RateLimiter(1.0, 1, -10.0, 10.0))
+
+    class Custom(RateLimiter):  # a subclass that can be saved is taken
+        def config(self):
+            return {"kind": "MinSize", "min_size_to_sample": self.min_size_to_sample}
+
+    rb = ReplayBuffer(rate_limiter=Custom(1.0, 1, -10.0, 10.0))
+    assert rb.state_dict()["rate_limiter"]["limiter"]["kind"] == "MinSize"
+
+
 def test_a_buffer_that_takes_no_inserts_refuses_a_limiter():
     frozen = FrozenStorage.from_tensordict(rows(10))
     with pytest.raises(ValueError, match=r"rate_limiter=MinSize\(min_size_to_sample=1\) on a ReplayBuffer that takes no inserts \(no writable storage\)"):  # fmt: skip

@@ -132,6 +132,10 @@ class SamplerWithoutReplacement(Sampler):
         self._order, self._pos, self._len, self._generation, self.ran_out = state
 
     def state_dict(self) -> dict[str, Any]:
+        """The epoch's permutation (``"order"``), the entries of it handed out (``"pos"``),
+        the rows it covers (``"len"``), and TorchRL's ``"_sample_list"``: a copy of the rows
+        not handed out yet (``order[pos:]``), which :meth:`load_state_dict` checks against
+        the others."""
         order = torch.empty(0, dtype=torch.int64) if self._order is None else self._order.cpu()
         return {
             "order": order,
@@ -139,6 +143,7 @@ class SamplerWithoutReplacement(Sampler):
             "len": self._len,
             "ran_out": self.ran_out,
             "started": self._order is not None,
+            "_sample_list": order[self._pos :].clone(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -174,6 +179,15 @@ class SamplerWithoutReplacement(Sampler):
         if started and order.numel() and int(torch.bincount(order.cpu()).max()) > 1:
             raise CheckpointError(
                 f"{what}: 'order' repeats a row; it must be a permutation of 0..{length - 1}"
+            )
+        left = state.get("_sample_list")  # TorchRL's key; states without it predate it
+        if left is not None and not (
+            isinstance(left, torch.Tensor)
+            and torch.equal(left.cpu(), order[pos:].cpu() if started else order[:0])
+        ):
+            raise CheckpointError(
+                f"{what}: '_sample_list' must be the rows of 'order' after 'pos' "
+                f"({order.numel() - pos if started else 0} rows), got {describe(left)}"
             )
         self._order = order.clone() if started else None
         self._pos, self._len, self.ran_out = pos, length, ran_out

@@ -69,8 +69,8 @@ DIFF_STANDALONE_PRIORITY = _differs(
     IndexError,
 )
 DIFF_PRIVATE = _differs(
-    "TorchRL's private sampler attributes (_sum_tree, _min_tree, _max_priority, "
-    "_sample_list) do not exist or are not "
+    "TorchRL's private sampler attributes (_sum_tree, _min_tree, _max_priority) do not "
+    "exist or are not "
     "TorchRL's (mixreplay's _max_priority is a float)",
     (AttributeError, TypeError),
 )

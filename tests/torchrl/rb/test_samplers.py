@@ -144,7 +144,6 @@ def test_samplerwithoutrep(size, samples, drop_last):
         assert not visited
 
 
-@DIFF_PRIVATE_STATE
 def test_samplerwithoutrep_load_state_dict_decouples_from_source():
     # loading a state dict must clone the incoming tensors so that mutating
     # the source afterwards does not corrupt the sampler state (e.g. tensors

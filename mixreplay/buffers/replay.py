@@ -227,8 +227,11 @@ class ReplayBuffer(BufferBase[Sampled]):
         batch_device: torch.device | str | None = None,
         shared: bool = False,
         rate_limiter: Any = None,
+        _mixing_source: bool = False,
         **torchrl_kwargs: Any,
     ):
+        # _mixing_source: built by a mixing buffer as one of its sources, which it asks for
+        # its share of each batch (a drop_last sampler then needs no batch size of its own)
         check_unsupported(type(self).__name__, torchrl_kwargs)
         check_bool(shared, "shared")
         if collate_fn is not None:
@@ -244,6 +247,18 @@ class ReplayBuffer(BufferBase[Sampled]):
             storage = storage()  # TorchRL also takes a storage factory
         if sampler is not None and not isinstance(sampler, Sampler) and callable(sampler):
             sampler = sampler()
+        if (
+            batch_size is None
+            and isinstance(sampler, Sampler)
+            and sampler.drop_last
+            and not _mixing_source
+        ):
+            raise ValueError(  # TorchRL's words first
+                "Samplers with drop_last=True must work with a predictable batch-size: "
+                f"{type(self).__name__}(sampler={sampler!r}) was "
+                "given no batch_size; pass batch_size= (the chunk an epoch's last batch is "
+                "short against), or build the sampler with drop_last=False"
+            )
         if transform_factory is not None:
             if transform is not None:
                 raise TypeError("transform and transform_factory are exclusive: pass one of them")

@@ -114,11 +114,6 @@ DIFF_SHARED_DEVICE = _differs(
     "is refused (TypeError); TorchRL moves it to a CPU memmap with a warning",
     TypeError,
 )
-DIFF_DROP_LAST_WITHOUT_BATCH_SIZE = _differs(
-    "SamplerWithoutReplacement(drop_last=True) in a buffer without batch_size is accepted "
-    "(each sample(n) drops its own short chunk); TorchRL refuses it (ValueError)",
-    _FAILED,
-)
 DIFF_MAX_CAPACITY = _differs(
     "PrioritizedSampler(max_capacity=N) attached to a storage of another max_size is refused "
     "(ValueError); TorchRL sizes its trees by max_capacity whatever the storage",
@@ -232,7 +227,6 @@ __all__ = [
     "BROKEN_EXAMPLE_UNDEFINED",
     "DIFF_COMPILABLE",
     "DIFF_DELAYED_INIT",
-    "DIFF_DROP_LAST_WITHOUT_BATCH_SIZE",
     "DIFF_DOCTEST_STORAGE_REPR",
     "DIFF_DUMPS_INTO_SCRATCH",
     "DIFF_IMPLICIT_DELAYED_INIT",

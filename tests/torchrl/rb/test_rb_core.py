@@ -668,7 +668,6 @@ def test_multi_loops():
     assert i == 1
 
 
-@DIFF_DROP_LAST_WITHOUT_BATCH_SIZE
 def test_batch_errors():
     """Tests error messages related to batch-size"""
     rb = ReplayBuffer(

@@ -147,8 +147,8 @@ DIFF_RAGGED = _differs(
     RuntimeError,
 )
 DIFF_DOCTEST_STORAGE_REPR = _differs(
-    "storage.get() returns plain tensors on the storage's device (its repr shows "
-    "device=cpu and Tensor where TorchRL's shows device=None and MemoryMappedTensor)",
+    "LazyMemmapStorage.get() returns fresh memory, plain tensors (its repr shows Tensor "
+    "where TorchRL's shows MemoryMappedTensor, views of the file)",
     AssertionError,
 )
 DIFF_DUMPS_INTO_SCRATCH = _differs(

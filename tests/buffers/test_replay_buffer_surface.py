@@ -234,7 +234,6 @@ def test_every_torchrl_replay_buffer_argument_is_handled():
         ("checkpointer", object(), r"rb.dumps\(path\)"),
         ("consume_after_n_samples", 1, "SamplerWithoutReplacement"),
         ("compilable", True, "torch.compile"),
-        ("delayed_init", True, "first write"),
         ("service_backend", "ray", "mixreplay.distributed"),
         ("transport", "ray", "mixreplay.distributed"),
         ("priority_key", "loss", r"TensorDictReplayBuffer\(priority_key=...\)"),

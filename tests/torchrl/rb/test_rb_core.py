@@ -1547,7 +1547,6 @@ class TestBufferStats:
         rb.sample()
         assert rb.stats() == before
 
-    @DIFF_DELAYED_INIT
     def test_stats_does_not_initialize_buffer(self):
         rb = ReplayBuffer(storage=LazyTensorStorage(10), delayed_init=True)
         stats = rb.stats()

@@ -19,8 +19,7 @@ def _left_out(why: str) -> pytest.MarkDecorator:
 
 LEFT_OUT_SAMPLER = _left_out(
     "a TorchRL sampler mixreplay does not export (PrioritizedSliceSampler, "
-    "StalenessAwareSampler, PromptGroupSampler), or one not ported yet "
-    "(SliceSamplerWithoutReplacement's own tests)"
+    "StalenessAwareSampler, PromptGroupSampler)"
 )
 LEFT_OUT_UTILS = _left_out(
     "TorchRL's trajectory-boundary utilities on their own (find_start_stop_traj, "

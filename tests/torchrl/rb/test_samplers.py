@@ -250,7 +250,6 @@ def test_prioritized_slice_sampler_load_state_dict_decouples_from_source():
     assert sampler2._sum_tree[0] == before
 
 
-@LEFT_OUT_SAMPLER
 def test_slice_sampler_without_replacement_dumps_restores_cursor(tmp_path):
     # SliceSamplerWithoutReplacement overrides state_dict/load_state_dict but its
     # dumps/loads used to fall through to the SliceSampler no-ops, so the memmap
@@ -525,7 +524,7 @@ class TestSamplers:
         "sampler",
         [
             pytest.param(SliceSampler, marks=DIFF_NDIM),  # LazyTensorStorage(20, ndim=2)
-            pytest.param(SliceSamplerWithoutReplacement, marks=LEFT_OUT_SAMPLER),
+            pytest.param(SliceSamplerWithoutReplacement, marks=DIFF_NDIM),  # the same storage
         ],
     )
     def test_slice_sampler_at_capacity(self, sampler):
@@ -610,7 +609,6 @@ class TestSamplers:
     @pytest.mark.parametrize("done_key", ["done", ("some", "done")])
     @pytest.mark.parametrize("match_episode", [True, False])
     @pytest.mark.parametrize("device", get_default_devices())
-    @LEFT_OUT_SAMPLER
     def test_slice_sampler_without_replacement(
         self,
         batch_size,

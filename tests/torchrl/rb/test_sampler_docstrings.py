@@ -24,7 +24,6 @@ import pytest
 import torch
 from _sampler_marks import (
     LEFT_OUT_DATASET,
-    LEFT_OUT_SAMPLER,
     NO_TORCHRL_PRIORITIZED,
     _differs,
 )

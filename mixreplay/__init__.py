@@ -54,6 +54,7 @@ _EXPORTS = {
     "Schema": "mixreplay.schema",
     "SchemaMismatchError": "mixreplay.errors",
     "SliceSampler": "mixreplay.samplers.slice",
+    "SliceSamplerWithoutReplacement": "mixreplay.samplers.slice_without_replacement",
     "Storage": "mixreplay.storages",
     "TensorDictPrioritizedReplayBuffer": "mixreplay.buffers",
     "TensorDictReplayBuffer": "mixreplay.buffers",
@@ -103,6 +104,7 @@ __all__ = [
     "Schema",
     "SchemaMismatchError",
     "SliceSampler",
+    "SliceSamplerWithoutReplacement",
     "Storage",
     "TensorDictPrioritizedReplayBuffer",
     "TensorDictReplayBuffer",
@@ -169,6 +171,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from mixreplay.samplers import RandomSampler, Sampler
     from mixreplay.samplers.prioritized import PrioritizedSampler
     from mixreplay.samplers.slice import SliceSampler
+    from mixreplay.samplers.slice_without_replacement import SliceSamplerWithoutReplacement
     from mixreplay.samplers.without_replacement import SamplerWithoutReplacement
     from mixreplay.schema import Field, Schema
     from mixreplay.storages import (

@@ -70,11 +70,6 @@ UNSUPPORTED: TorchRLTable = {
         "mixreplay's sample/extend run eagerly (no torch.compile support); "
         "compile the learner's own step instead",
     ),
-    "delayed_init": (
-        (None, False),
-        "storages already allocate on the first write; build the "
-        "buffer in the process that uses it (or use mixreplay.distributed)",
-    ),
     "service_backend": (("direct",), "host the buffer in a Ray actor with mixreplay.distributed"),
     "service_backend_options": (
         (None,),

@@ -457,6 +457,7 @@ def test_more_rows_than_held_without_replacement():
     rb = ReplayBuffer(
         storage=LazyTensorStorage(10),
         sampler=SamplerWithoutReplacement(drop_last=True),
+        batch_size=2,
         generator=0,
     )
     rb.extend(ted_rows(5))

@@ -54,6 +54,7 @@ def test_exported_members_are_sorted_and_pinned():
         "Schema",
         "SchemaMismatchError",
         "SliceSampler",
+        "SliceSamplerWithoutReplacement",
         "Storage",
         "TensorDictPrioritizedReplayBuffer",
         "TensorDictReplayBuffer",

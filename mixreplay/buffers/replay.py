@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -240,6 +241,11 @@ class ReplayBuffer(BufferBase[Sampled]):
         rate_limiter: a :class:`~mixreplay.MinSize` or :class:`~mixreplay.SampleToInsertRatio`:
             ``sample`` and ``extend`` wait to keep rows sampled per row written within
             its band (see :mod:`mixreplay.rate_limit`); refused on a read-only storage.
+        delayed_init: TorchRL's: build the buffer on its first use rather than now (the
+            storage and sampler factories, ``transform_factory``, sharing, attaching the
+            sampler). Until then :attr:`initialized` is ``False``, :meth:`stats` reports
+            without building, and a pickled copy stays unbuilt, so it is built in the
+            process that uses it. Any other use builds it first.
         **torchrl_kwargs: TorchRL's other arguments (``writer``, ``dim_extend``,
             ``compilable``, ...) are accepted with TorchRL's default (a
             ``RoundRobinWriter`` for ``writer``), which is what mixreplay does; any other
@@ -289,8 +295,36 @@ class ReplayBuffer(BufferBase[Sampled]):
         batch_device: torch.device | str | None = None,
         shared: bool = False,
         rate_limiter: Any = None,
+        delayed_init: bool | None = False,
+        _mixing_source: bool = False,
         **torchrl_kwargs: Any,
     ):
+        # _mixing_source: built by a mixing buffer as one of its sources, which it asks for
+        # its share of each batch (a drop_last sampler then needs no batch size of its own)
+        if delayed_init is not None and check_bool(delayed_init, "delayed_init"):
+            # refused now, not later (dim_extend is checked against the storage when built)
+            check_unsupported(
+                type(self).__name__, {k: v for k, v in torchrl_kwargs.items() if k != "dim_extend"}
+            )
+            # everything else waits for the first use (:meth:`_build`), as in TorchRL
+            self.__dict__["_deferred"] = dict(
+                storage=storage,
+                sampler=sampler,
+                batch_size=batch_size,
+                generator=generator,
+                transform=transform,
+                transform_factory=transform_factory,
+                prefetch=prefetch,
+                pin_memory=pin_memory,
+                collate_fn=collate_fn,
+                batch_device=batch_device,
+                shared=shared,
+                rate_limiter=rate_limiter,
+                _mixing_source=_mixing_source,
+                **torchrl_kwargs,
+            )
+            self.__dict__["_building"] = threading.RLock()
+            return
         dim_extend = torchrl_kwargs.pop("dim_extend", None)  # checked against the storage's ndim
         check_unsupported(type(self).__name__, torchrl_kwargs)
         check_bool(shared, "shared")
@@ -307,6 +341,18 @@ class ReplayBuffer(BufferBase[Sampled]):
             storage = storage()  # TorchRL also takes a storage factory
         if sampler is not None and not isinstance(sampler, Sampler) and callable(sampler):
             sampler = sampler()
+        if (
+            batch_size is None
+            and isinstance(sampler, Sampler)
+            and sampler.drop_last
+            and not _mixing_source
+        ):
+            raise ValueError(  # TorchRL's words first
+                "Samplers with drop_last=True must work with a predictable batch-size: "
+                f"{type(self).__name__}(sampler={sampler!r}) was "
+                "given no batch_size; pass batch_size= (the chunk an epoch's last batch is "
+                "short against), or build the sampler with drop_last=False"
+            )
         if transform_factory is not None:
             if transform is not None:
                 raise TypeError("transform and transform_factory are exclusive: pass one of them")
@@ -366,7 +412,15 @@ class ReplayBuffer(BufferBase[Sampled]):
             batch_size=self._batch_size,
         )
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "_deferred" in state:  # pickled before it was built (delayed_init=True)
+            self.__dict__.update(_deferred=state["_deferred"], _building=threading.RLock())
+            return
+        super().__setstate__(state)
+
     def __getstate__(self) -> dict[str, Any]:
+        if "_deferred" in self.__dict__:  # not built yet: the copy is built where it is used
+            return {"_deferred": self.__dict__["_deferred"]}
         state = super().__getstate__()
         if get_spawning_popen() is not None:  # to a new process (a shared buffer's collector)
             state["_generator"] = _SentGenerator(self._generator)
@@ -410,8 +464,35 @@ class ReplayBuffer(BufferBase[Sampled]):
     def __len__(self) -> int:
         return len(self._storage)
 
+    def _build(self) -> None:
+        """Build a buffer made with ``delayed_init=True`` (once; a failure leaves it unbuilt)."""
+        with self.__dict__["_building"]:
+            deferred = self.__dict__.get("_deferred")
+            if deferred is None:
+                return  # built meanwhile, by another thread
+            before = dict(self.__dict__)
+            self.__dict__["_builder"] = threading.get_ident()
+            try:
+                ReplayBuffer.__init__(self, **deferred)
+            except BaseException:  # nothing half-built stays: the next use builds again
+                self.__dict__.clear()
+                self.__dict__.update(before)
+                raise
+            del self.__dict__["_builder"]
+            del self.__dict__["_deferred"]
+
     def __getattr__(self, name: str):
-        # Only reached for missing attributes: a TorchRL one gets the mixreplay way.
+        # Only reached for missing attributes: a buffer made with delayed_init=True is built
+        # by its first use of one (its storage, sampler, ...), then answers it
+        # (the build's own questions about attributes it has not set yet are answered below)
+        if (
+            "_deferred" in self.__dict__
+            and not name.startswith("__")
+            and self.__dict__.get("_builder") != threading.get_ident()
+        ):
+            self._build()
+            return getattr(self, name)
+        # A TorchRL one gets the mixreplay way.
         if name == "update_tensordict_priority" and self.__dict__.get("_sampler") is not None:
             if self._sampler.prioritized:
                 # TorchRL's trainers ask hasattr(rb, "update_tensordict_priority") and, without
@@ -456,8 +537,9 @@ class ReplayBuffer(BufferBase[Sampled]):
 
     @property
     def initialized(self) -> bool:
-        """Always ``True``: a mixreplay buffer is ready once built (TorchRL's ``initialized``)."""
-        return True
+        """Whether the buffer is built: ``False`` only for one made with ``delayed_init=True``
+        and not used yet (TorchRL's ``initialized``)."""
+        return "_deferred" not in self.__dict__
 
     @property
     def _rng(self) -> torch.Generator:
@@ -486,7 +568,25 @@ class ReplayBuffer(BufferBase[Sampled]):
         return self._dim_extend
 
     def stats(self) -> dict:
-        """TorchRL's snapshot of counters: size, write_count, prefetch queue, capacity, utilization."""
+        """TorchRL's snapshot of counters: size, write_count, prefetch queue, capacity,
+        utilization, and whether the buffer is built (it does not build one made with
+        ``delayed_init=True``)."""
+        deferred = self.__dict__.get("_deferred")
+        if deferred is not None:
+            storage = deferred["storage"]
+            built = isinstance(storage, Storage)  # a factory tells nothing before it is called
+            capacity = int(storage.max_size) if built else 0
+            if storage is None:  # the default storage, LazyTensorStorage(DEFAULT_CAPACITY)
+                capacity = DEFAULT_CAPACITY
+            size = len(storage) if built else 0
+            return {
+                "size": size,
+                "write_count": storage.write_count if built else 0,
+                "prefetch_queue_size": 0,
+                "initialized": False,
+                "capacity": capacity,
+                "utilization": size / capacity if capacity else 0.0,
+            }
         capacity = self._storage.max_size
         out: dict[str, Any] = {
             "size": len(self),

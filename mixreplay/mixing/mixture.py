@@ -147,7 +147,10 @@ class MixtureReplayBuffer(MixingBuffer):
         for name, obj in sources.items():
             if isinstance(obj, Storage) or looks_like_storage(obj):
                 obj = ReplayBuffer(
-                    storage=obj, sampler=samplers.pop(name, None), generator=self._generator
+                    storage=obj,
+                    sampler=samplers.pop(name, None),
+                    generator=self._generator,
+                    _mixing_source=True,
                 )
             elif name in samplers:
                 raise ValueError(

@@ -182,7 +182,10 @@ class OfflineToOnlineReplayBuffer(MixingBuffer):
             )
         self._offline_dataset = offline_dataset
         self._online_buffer = ReplayBuffer(
-            storage=online_storage, sampler=online_sampler, generator=self._generator
+            storage=online_storage,
+            sampler=online_sampler,
+            generator=self._generator,
+            _mixing_source=True,
         )
         self._init_sources(("offline", "online"), [offline, BufferSource(self._online_buffer)])
         self._init_rate_limiter(rate_limiter)

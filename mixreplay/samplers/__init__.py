@@ -9,12 +9,14 @@ that owns the generator owns the randomness and can save it::
     │                     builds a SamplerWithoutReplacement, as in TorchRL)
     ├── PrioritizedSampler  proportional to priority, with importance weights
     ├── SliceSampler      runs of consecutive steps inside one episode
+    │   └── SliceSamplerWithoutReplacement  ... each episode once per epoch
     └── SamplerWithoutReplacement  epochs: every row once, in chunks of one permutation
 """
 
 from mixreplay.samplers.base import Sampler
 from mixreplay.samplers.prioritized import PrioritizedSampler
 from mixreplay.samplers.slice import SliceSampler
+from mixreplay.samplers.slice_without_replacement import SliceSamplerWithoutReplacement
 from mixreplay.samplers.uniform import RandomSampler
 from mixreplay.samplers.without_replacement import SamplerWithoutReplacement
 
@@ -24,4 +26,5 @@ __all__ = [
     "Sampler",
     "SamplerWithoutReplacement",
     "SliceSampler",
+    "SliceSamplerWithoutReplacement",
 ]

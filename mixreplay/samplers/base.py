@@ -89,6 +89,9 @@ class Sampler:
     replacement: bool = True
     #: set by samplers with epochs once the current one is exhausted (ends ``iter(rb)``).
     ran_out: bool = False
+    #: whether the short last chunk of an epoch is dropped: a ``ReplayBuffer`` holding such
+    #: a sampler needs a ``batch_size`` (TorchRL's rule: the chunk is short against it).
+    drop_last: bool = False
     #: whether :meth:`update_priority` does anything (mixing buffers route updates only there).
     prioritized: bool = False
     #: whether a draw may return a number of rows of its own choosing (slices of varying

@@ -33,9 +33,8 @@ _UNIFORM = ("trajectories", "starts")
 _TORCHRL: Table = {
     "replacement": (
         (True,),
-        "slices are drawn with replacement (TorchRL's replacement=False builds a "
-        "SliceSamplerWithoutReplacement, which mixreplay does not have); for one pass over "
-        "the rows use SamplerWithoutReplacement (rows, not slices)",
+        "SliceSampler(replacement=False) builds a SliceSamplerWithoutReplacement; a subclass "
+        "draws with replacement (build SliceSamplerWithoutReplacement(...) directly)",
     ),
     "step_key": (
         ("step_count", None),
@@ -189,6 +188,12 @@ class SliceSampler(Sampler):
         "Could not get a tensordict out of the storage, which is required for SliceSampler "
         "to compute the trajectories: "
     )
+
+    def __new__(cls, *args: Any, replacement: bool = True, **kwargs: Any) -> Any:
+        if replacement is False and cls is SliceSampler and cls._without_replacement is not None:
+            # TorchRL's dispatch: SliceSampler(replacement=False) is a SliceSamplerWithoutReplacement
+            return super().__new__(cls._without_replacement)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -578,6 +583,15 @@ class SliceSampler(Sampler):
         self._last = self._fixed(k, L, t.device)
         return t.reshape(-1)
 
+    #: whether :meth:`_pick` hands out episodes in epochs (each once per epoch) rather than
+    #: uniformly at random: the draw then goes through the general path, which asks it
+    _epochs: ClassVar[bool] = False
+
+    def _pick(self, m: int, k: int, storage: Storage, generator: torch.Generator) -> torch.Tensor:
+        """Which of the ``m`` episodes long enough each of ``k`` slices comes from (positions
+        among them): uniformly, independently."""
+        return torch.randint(m, (k,), generator=generator, device=generator.device)
+
     def _sample_trajectories(
         self, storage: Storage, size: int, k: int, L: int, generator: torch.Generator
     ) -> torch.Tensor:
@@ -585,7 +599,7 @@ class SliceSampler(Sampler):
         index = self._index(storage, L)
         left, right = self.span
         gdev, cap = generator.device, index.cap
-        if self.strict_length and not left and not right:  # whole slices: the hot path
+        if self.strict_length and not left and not right and not self._epochs:  # the hot path
             first, starts_in = index.whole()
             m = first.numel()
             if m == 0:
@@ -607,8 +621,9 @@ class SliceSampler(Sampler):
         if pool.numel() == 0:
             raise EmptyBufferError(self._too_short_message(storage, L))
         device = first.device
-        pick = torch.randint(pool.numel(), (k,), generator=generator, device=gdev)
+        pick = self._pick(pool.numel(), k, storage, generator)
         episode = pool[pick.to(device)]
+        k = episode.numel()  # fewer at the end of an epoch (SliceSamplerWithoutReplacement)
         length = lengths.index_select(0, episode)
         seq = torch.clamp(length, max=L)  # steps per slice
         # where a slice may start, relative to its episode's first step: [lo, hi)
@@ -668,8 +683,14 @@ class SliceSampler(Sampler):
         "_end_to_start_stop",
     )
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    #: what ``SliceSampler(replacement=False)`` builds (TorchRL's dispatch): the subclass
+    #: declared with ``without_replacement=True``
+    _without_replacement: ClassVar[type[SliceSampler] | None] = None
+
+    def __init_subclass__(cls, without_replacement: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if without_replacement:
+            SliceSampler._without_replacement = cls
         for name in SliceSampler._VIEWS:
             if name in cls.__dict__:
                 raise TypeError(

@@ -81,13 +81,12 @@ class SamplerWithoutReplacement(Sampler):
         the first draw). A view: read it, never write it."""
         return None if self._order is None else self._order[self._pos :]
 
-    def _new_epoch(self, storage: Storage, generator: torch.Generator) -> None:
-        size = len(storage)
+    def _new_epoch(self, size: int, stamp: Any, generator: torch.Generator) -> None:
         if self.shuffle:
             self._order = torch.randperm(size, generator=generator, device=generator.device)
         else:
             self._order = torch.arange(size, device=generator.device)
-        self._pos, self._len, self._generation = 0, size, storage.generation
+        self._pos, self._len, self._generation = 0, size, stamp
 
     def sample(self, storage: Storage, n: int, generator: torch.Generator) -> torch.Tensor:
         size = len(storage)
@@ -100,11 +99,17 @@ class SamplerWithoutReplacement(Sampler):
                 "drop_last=True no batch could be returned without repeating rows; ask for at "
                 f"most {size} rows, or use SamplerWithoutReplacement(drop_last=False)"
             )
+        return self._next(size, storage.generation, n, generator)
+
+    def _next(self, size: int, stamp: Any, n: int, generator: torch.Generator) -> torch.Tensor:
+        """The next ``n`` entries of the epoch's permutation of ``range(size)`` (fewer when it
+        ends), drawing a new permutation first when ``size`` or ``stamp`` (what the storage's
+        rows are: its generation) changed since the last one was drawn."""
         if self._generation is None:  # just restored with its storage: the order fits the rows
-            self._generation = storage.generation
-        if self._order is None or self._len != size or self._generation != storage.generation:
+            self._generation = stamp
+        if self._order is None or self._len != size or self._generation != stamp:
             # first draw, rows added or removed, or rows restored or emptied behind our back
-            self._new_epoch(storage, generator)
+            self._new_epoch(size, stamp, generator)
         assert self._order is not None
         if self._order.device != generator.device:
             # restored from a checkpoint (saved on the host): the epoch's order moves, once, to
@@ -116,7 +121,7 @@ class SamplerWithoutReplacement(Sampler):
         left = self._len - self._pos
         self.ran_out = left == 0 or (self.drop_last and left < n)
         if self.ran_out:
-            self._new_epoch(storage, generator)
+            self._new_epoch(size, stamp, generator)
         return index
 
     def available(self, storage: Storage) -> int:
@@ -132,6 +137,10 @@ class SamplerWithoutReplacement(Sampler):
         self._order, self._pos, self._len, self._generation, self.ran_out = state
 
     def state_dict(self) -> dict[str, Any]:
+        """The epoch's permutation (``"order"``), the entries of it handed out (``"pos"``),
+        the rows it covers (``"len"``), and TorchRL's ``"_sample_list"``: a copy of the rows
+        not handed out yet (``order[pos:]``), which :meth:`load_state_dict` checks against
+        the others."""
         order = torch.empty(0, dtype=torch.int64) if self._order is None else self._order.cpu()
         return {
             "order": order,
@@ -139,6 +148,7 @@ class SamplerWithoutReplacement(Sampler):
             "len": self._len,
             "ran_out": self.ran_out,
             "started": self._order is not None,
+            "_sample_list": order[self._pos :].clone(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -174,6 +184,15 @@ class SamplerWithoutReplacement(Sampler):
         if started and order.numel() and int(torch.bincount(order.cpu()).max()) > 1:
             raise CheckpointError(
                 f"{what}: 'order' repeats a row; it must be a permutation of 0..{length - 1}"
+            )
+        left = state.get("_sample_list")  # TorchRL's key; states without it predate it
+        if left is not None and not (
+            isinstance(left, torch.Tensor)
+            and torch.equal(left.cpu(), order[pos:].cpu() if started else order[:0])
+        ):
+            raise CheckpointError(
+                f"{what}: '_sample_list' must be the rows of 'order' after 'pos' "
+                f"({order.numel() - pos if started else 0} rows), got {describe(left)}"
             )
         self._order = order.clone() if started else None
         self._pos, self._len, self.ran_out = pos, length, ran_out

@@ -614,6 +614,9 @@ class PackedStorage(Storage):
     _fingerprint: tuple[tuple[int, int, int], str] | None = None
     # the layout and packed rows of the last host gather, kept for the next of its size
     _gather_scratch: tuple[RowLayout, PackedRows] | None = None
+    # the ``device`` of the TensorDicts read: the storage's, or ``None`` for a storage that
+    # wraps TensorDicts built without one (TorchRL's TensorStorage(data) reads them as given)
+    _read_device_unset: bool = False
 
     @property
     def fingerprint(self) -> str:
@@ -697,8 +700,9 @@ class PackedStorage(Storage):
                     self._gather_scratch = kept
             out = kept[1]
             torch.index_select(rows, 0, index, out=out.words)
-            return layout.copy_views(out.views, out.batch_size, self.device)
-        return layout.gather(rows, index, self.device)
+            device = None if self._read_device_unset else self.device
+            return layout.copy_views(out.views, out.batch_size, device)
+        return layout.gather(rows, index, None if self._read_device_unset else self.device)
 
     def gather_to(self, index: torch.Tensor, device: torch.device) -> TensorDict:
         """Rows ``index`` as a TensorDict on ``device``, moved as one packed buffer.

@@ -25,7 +25,7 @@ from multiprocessing.context import get_spawning_popen
 from typing import Any
 
 import torch
-from tensordict import LazyStackedTensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensorclass
 
 from mixreplay._torchrl_args import check_storage_args
 from mixreplay._validate import check_bool, check_int, check_path, check_saved_int
@@ -155,6 +155,11 @@ def _rows_of(data: Any) -> int:
             f"{'' if shape is None else ' with no batch dimension'}"
         )
     return int(shape[0])
+
+
+def _has_no_device(data: Any) -> bool:
+    """Whether ``data`` is a TensorDict or tensorclass built without a ``device``."""
+    return (isinstance(data, TensorDictBase) or is_tensorclass(data)) and data.device is None
 
 
 def _device_of(data: Any) -> torch.device:
@@ -367,6 +372,9 @@ class TensorStorage(RingCounters, PackedStorage):
         self._scratch: tuple[RowLayout, torch.Tensor, dict[int, list[torch.Tensor]]] | None = None
         if data is not None:
             self.set(torch.arange(self.max_size), data)
+            # TorchRL reads the data back as it was given: TensorDicts (and tensorclasses)
+            # built without a device keep none, the leaves staying on the storage's device
+            self._read_device_unset = device is None and _has_no_device(data)
         if torchrl_kwargs.get("shared_init"):
             SHARE_HOOKS(self)  # TorchRL's shared_init=True: rows any process may allocate
 

@@ -132,7 +132,9 @@ def test_sampler_without_replacement_reshuffles_when_rows_are_added():
 
 def test_sampler_without_replacement_drop_last_refuses_a_batch_larger_than_the_rows():
     rb = ReplayBuffer(
-        storage=LazyTensorStorage(100), sampler=SamplerWithoutReplacement(drop_last=True)
+        storage=LazyTensorStorage(100),
+        sampler=SamplerWithoutReplacement(drop_last=True),
+        batch_size=2,
     )
     rb.extend(rows(3))
     before = rb.generator.get_state()
@@ -184,6 +186,33 @@ def test_mixing_source_with_sampler_without_replacement_gets_exact_counts():
 # -- TorchRL arguments mixreplay does not support ------------------------------------------------
 
 
+def test_a_drop_last_sampler_needs_a_batch_size_as_in_torchrl():
+    sampler = SamplerWithoutReplacement(drop_last=True)
+    with pytest.raises(
+        ValueError,
+        match=r"Samplers with drop_last=True must work with a "
+        r"predictable batch-size: ReplayBuffer\(sampler=SamplerWithoutReplacement"
+        r"\(drop_last=True, shuffle=True\)\) was given no batch_size; pass "
+        r"batch_size=",
+    ):
+        ReplayBuffer(storage=LazyTensorStorage(10), sampler=sampler)
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=sampler, batch_size=3, generator=0)
+    rb.extend(rows(10))
+    assert [len(b) for b in rb] == [3, 3, 3]  # the short chunk dropped
+    # a mixing buffer asks its sources for their shares: there the sampler needs none
+    offline = ReplayBuffer(storage=LazyTensorStorage(10), generator=0)
+    offline.extend(rows(10))
+    mixed = OfflineToOnlineReplayBuffer(
+        offline,
+        online_capacity=10,
+        online_sampler=SamplerWithoutReplacement(drop_last=True),
+        batch_size=4,
+        generator=0,
+    )
+    mixed.extend(rows(3))
+    assert len(mixed.sample()) == 4
+
+
 def test_every_torchrl_replay_buffer_argument_is_handled():
     import inspect
 
@@ -205,7 +234,6 @@ def test_every_torchrl_replay_buffer_argument_is_handled():
         ("checkpointer", object(), r"rb.dumps\(path\)"),
         ("consume_after_n_samples", 1, "SamplerWithoutReplacement"),
         ("compilable", True, "torch.compile"),
-        ("delayed_init", True, "first write"),
         ("service_backend", "ray", "mixreplay.distributed"),
         ("transport", "ray", "mixreplay.distributed"),
         ("priority_key", "loss", r"TensorDictReplayBuffer\(priority_key=...\)"),

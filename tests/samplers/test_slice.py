@@ -531,9 +531,9 @@ def test_end_keys_are_or_ed_and_absent_ones_skipped():
         (lambda: SliceSampler(4, end_keys=[]), r"end_keys must be a non-empty list of keys"),
         (lambda: SliceSampler(4, fragmented=True), r"extend each env's steps consecutively"),
         (
-            lambda: SliceSampler(4, replacement=False),
-            r"TorchRL's replacement=False .*SliceSamplerWithoutReplacement, which mixreplay does "
-            r"not have\); for one pass over the rows use SamplerWithoutReplacement",
+            lambda: type("Slices", (SliceSampler,), {})(4, replacement=False),
+            r"TorchRL's replacement=False .*SliceSampler\(replacement=False\) builds a "
+            r"SliceSamplerWithoutReplacement; a subclass draws with replacement",
         ),
         (lambda: SliceSampler(4, ends=torch.ones(3)), r"boundaries are read from the rows"),
         (lambda: SliceSampler(4, slices=2), r"got an unexpected keyword argument 'slices'"),

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mixreplay import (
+    CheckpointError,
     LazyTensorStorage,
     OfflineToOnlineReplayBuffer,
     RandomSampler,
@@ -134,6 +135,32 @@ def test_the_epoch_is_checkpointed_and_resumes():
     twin.load_state_dict(state)
     assert [b["x"].tolist() for b in twin] == rest
     assert sorted(first + sum(rest, [])) == list(range(10))
+
+
+def test_the_state_holds_torchrls_sample_list_the_rows_not_handed_out_yet():
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(20),
+        sampler=SamplerWithoutReplacement(),
+        batch_size=4,
+        generator=3,
+    )
+    rb.extend(rows(10))
+    first = rb.sample()["x"].tolist()
+    state = rb.sampler.state_dict()
+    left = state["_sample_list"]
+    assert sorted(first + left.tolist()) == list(range(10)) and left.numel() == 6
+    assert torch.equal(left, rb.sampler._sample_list)
+    left.fill_(-1)  # a copy: the epoch is not changed through it
+    assert rb.sampler._sample_list.min() >= 0
+    twin = SamplerWithoutReplacement()
+    with pytest.raises(CheckpointError, match="'_sample_list' must be the rows of 'order' after"):
+        twin.load_state_dict(state)
+    assert twin._sample_list is None  # refused: nothing changed
+    twin.load_state_dict({**state, "_sample_list": state["order"][4:]})
+    assert torch.equal(twin._sample_list, rb.sampler._sample_list)
+    del state["_sample_list"]  # a state saved before the key existed
+    twin.load_state_dict(state)
+    assert torch.equal(twin._sample_list, rb.sampler._sample_list)
 
 
 def test_a_checkpoint_of_the_former_random_sampler_without_replacement_loads():

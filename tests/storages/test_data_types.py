@@ -337,6 +337,26 @@ def test_tensor_storage_wraps_existing_data_of_any_type():
     assert torch.equal(TensorStorage(torch.arange(3)).get(2), torch.tensor(2))
 
 
+def test_tensor_storage_reads_its_data_with_the_device_it_was_given():
+    """TorchRL's TensorStorage(data) reads rows as the data was built: a TensorDict (or
+    tensorclass) without a device gives batches without one, the leaves on the storage's."""
+    td = TensorDict({"a": torch.randn(6, 2)}, [6])
+    s = TensorStorage(td)
+    assert td.device is None and s.device == torch.device("cpu")
+    assert s.get(0).device is None and s[1:3].device is None
+    assert s[1:3]["a"].device == torch.device("cpu")
+    batch = ReplayBuffer(storage=s, batch_size=2, generator=0).sample()
+    assert batch.device is None and torch.equal(td["a"][0], s.get(0)["a"])
+    tc = TensorStorage(Inner(key1=torch.arange(4), batch_size=[4]))
+    assert tc.get(0).device is None
+    assert TensorStorage(td.to("cpu")).get(0).device == torch.device("cpu")
+    assert TensorStorage(td, device="cpu").get(0).device == torch.device("cpu")
+    assert LazyTensorStorage(6).device == torch.device("cpu")
+    ring = LazyTensorStorage(6)
+    ring.extend(td)
+    assert ring.get(0).device == torch.device("cpu")  # a ring's batches: its device
+
+
 @pytest.mark.parametrize(
     "args, kwargs, err, match",
     [

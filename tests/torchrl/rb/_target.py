@@ -32,6 +32,7 @@ if ON_MIXREPLAY:
         Sampler,
         SamplerWithoutReplacement,
         SliceSampler,
+        SliceSamplerWithoutReplacement,
         TensorDictPrioritizedReplayBuffer,
         TensorDictReplayBuffer,
         TensorStorage,
@@ -48,6 +49,7 @@ else:
         ReplayBuffer,
         SamplerWithoutReplacement,
         SliceSampler,
+        SliceSamplerWithoutReplacement,
         TensorDictPrioritizedReplayBuffer,
         TensorDictReplayBuffer,
         TensorStorage,
@@ -75,6 +77,7 @@ samplers = _module(
     SamplerWithoutReplacement=SamplerWithoutReplacement,
     PrioritizedSampler=PrioritizedSampler,
     SliceSampler=SliceSampler,
+    SliceSamplerWithoutReplacement=SliceSamplerWithoutReplacement,
 )
 
 __all__ = [
@@ -90,6 +93,7 @@ __all__ = [
     "Sampler",
     "SamplerWithoutReplacement",
     "SliceSampler",
+    "SliceSamplerWithoutReplacement",
     "TARGET",
     "TARGET_MODULE",
     "TensorDictPrioritizedReplayBuffer",

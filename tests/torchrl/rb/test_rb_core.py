@@ -668,7 +668,6 @@ def test_multi_loops():
     assert i == 1
 
 
-@DIFF_DROP_LAST_WITHOUT_BATCH_SIZE
 def test_batch_errors():
     """Tests error messages related to batch-size"""
     rb = ReplayBuffer(
@@ -1548,7 +1547,6 @@ class TestBufferStats:
         rb.sample()
         assert rb.stats() == before
 
-    @DIFF_DELAYED_INIT
     def test_stats_does_not_initialize_buffer(self):
         rb = ReplayBuffer(storage=LazyTensorStorage(10), delayed_init=True)
         stats = rb.stats()

@@ -43,8 +43,6 @@ MARKS = {
     ("ReplayBuffer", 1): REFERENCE_EXAMPLE_FAILS,  # ints from a ListStorage, default collate
     ("ReplayBuffer", 3): BROKEN_EXAMPLE,  # ">>>     assert ..." inside a def
     ("ReplayBuffer.dumps", 0): BROKEN_EXAMPLE_UNDEFINED,  # saves a buffer `rb` never built
-    ("TensorStorage", 0): DIFF_DOCTEST_STORAGE_REPR,  # device=None
-    ("TensorStorage", 1): DIFF_DOCTEST_STORAGE_REPR,  # device=None
     ("LazyMemmapStorage", 0): DIFF_DUMPS_INTO_SCRATCH,  # dumps("dump"), scratch "dump/storage"
     ("LazyMemmapStorage", 1): DIFF_DOCTEST_STORAGE_REPR,  # MemoryMappedTensor
     ("LazyMemmapStorage", 2): DIFF_DOCTEST_STORAGE_REPR,  # MemoryMappedTensor

@@ -24,7 +24,6 @@ import pytest
 import torch
 from _sampler_marks import (
     LEFT_OUT_DATASET,
-    LEFT_OUT_SAMPLER,
     NO_TORCHRL_PRIORITIZED,
     _differs,
 )
@@ -44,7 +43,6 @@ DIFF_INFO = _differs(
 MARKS = {
     ("PrioritizedSampler", 0): [NO_TORCHRL_PRIORITIZED, DIFF_INFO],
     ("PrioritizedSampler", 1): NO_TORCHRL_PRIORITIZED,
-    ("SliceSampler", 1): LEFT_OUT_SAMPLER,  # SliceSamplerWithoutReplacement
     ("SliceSampler", 3): LEFT_OUT_DATASET,  # RobosetExperienceReplay
 }
 # (docstring, block) -> {TorchRL name: the mixreplay name run in its place} (mixreplay only)
@@ -53,9 +51,10 @@ SUBSTITUTE: dict[tuple[str, int], dict[str, str]] = {}
 # torch.manual_seed(0), against the generator a mixreplay buffer owns ("Differences from
 # TorchRL": randomness); on mixreplay they run without comparing those outputs
 RANDOM_OUTPUT = {("SliceSampler", 2)}
-# blocks whose shown outputs TorchRL itself does not reproduce here (a strict_length=False
-# draw: how many rows a batch holds depends on the RNG's stream): run, not compared, anywhere
-RANDOM_ANYWHERE = {("SliceSampler", 0)}
+# blocks whose shown outputs TorchRL itself does not reproduce here (strict_length=False
+# draws: which slices, and how many rows, a batch holds depend on the RNG's stream): run, not
+# compared, anywhere
+RANDOM_ANYWHERE = {("SliceSampler", 0), ("SliceSampler", 1)}
 
 _IMPORT = re.compile(r"^(\s*>>> from torchrl[\w.]* import )(.*)$")
 

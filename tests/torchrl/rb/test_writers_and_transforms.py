@@ -91,7 +91,6 @@ def test_torchrl_defaults_passed_explicitly_are_accepted():
     "kwargs, match",
     [
         ({"compilable": True}, r"ReplayBuffer does not support TorchRL's compilable=True"),
-        ({"delayed_init": True}, r"does not support TorchRL's delayed_init=True"),
         ({"collate_fn": 3}, r"collate_fn must be callable, got int 3"),
     ],
 )

@@ -204,7 +204,9 @@ class MixingBuffer(BufferBase[MixedDraw]):
         check_rows(data)  # mixed batches are TensorDicts: the other data types are ReplayBuffer's
 
         def check(rows: TensorDictBase) -> None:
-            if not isinstance(rows, TensorDictBase) or rows.batch_dims != 1:
+            if rows is data and src.stored_schema is not None:
+                return  # the rows as given (checked above), of a layout the storage checks
+            if not isinstance(rows, TensorDictBase) or len(rows.batch_size) != 1:
                 what = type(rows).__name__
                 if isinstance(rows, TensorDictBase):
                     what += f" of batch_size {list(rows.batch_size)}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import threading
 import warnings
@@ -20,7 +21,7 @@ from mixreplay import data_types
 from mixreplay._state import Plan, plan_sampler, sampler_state
 from mixreplay._torchrl_args import UNSUPPORTED_METHODS, check_unsupported, unsupported_method
 from mixreplay._validate import check_bool, check_callable, describe
-from mixreplay.buffers.base import BufferBase, check_batch_size, make_generator
+from mixreplay.buffers.base import BufferBase, _new_buffer, check_batch_size, make_generator
 from mixreplay.buffers.writer import RingWriter
 from mixreplay.errors import CheckpointError, EmptyBufferError, MissingBatchSizeError
 from mixreplay.layout import new_tensordict
@@ -302,7 +303,11 @@ class ReplayBuffer(BufferBase[Sampled]):
         # _mixing_source: built by a mixing buffer as one of its sources, which it asks for
         # its share of each batch (a drop_last sampler then needs no batch size of its own)
         if delayed_init is not None and check_bool(delayed_init, "delayed_init"):
-            # refused now, not later (dim_extend is checked against the storage when built)
+            # refused now, not later (dim_extend against the storage, when it is given built)
+            extend_dim = torchrl_kwargs.get("dim_extend")
+            if extend_dim is not None and (storage is None or isinstance(storage, Storage)):
+                ndim = 1 if storage is None else storage.ndim
+                _check_dim_extend(type(self).__name__, extend_dim, ndim)
             check_unsupported(
                 type(self).__name__, {k: v for k, v in torchrl_kwargs.items() if k != "dim_extend"}
             )
@@ -418,10 +423,24 @@ class ReplayBuffer(BufferBase[Sampled]):
             return
         super().__setstate__(state)
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        if "_deferred" in self.__dict__:  # not built yet: the copy is built where it is used
+            return (_new_buffer, (type(self),), {"_deferred": self.__dict__["_deferred"]})
+        return super().__reduce_ex__(protocol)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        if "_deferred" in self.__dict__:  # not built yet: a copy of its arguments
+            twin = type(self).__new__(type(self))
+            memo[id(self)] = twin
+            twin.__setstate__({"_deferred": copy.deepcopy(self.__dict__["_deferred"], memo)})
+            return twin
+        return super().__deepcopy__(memo)
+
     def __getstate__(self) -> dict[str, Any]:
         if "_deferred" in self.__dict__:  # not built yet: the copy is built where it is used
             return {"_deferred": self.__dict__["_deferred"]}
         state = super().__getstate__()
+        state.pop("_building", None)  # the lock of a delayed build (a copy is built already)
         if get_spawning_popen() is not None:  # to a new process (a shared buffer's collector)
             state["_generator"] = _SentGenerator(self._generator)
             state["_device_generators"] = {}  # a shared buffer's rows are on the host

@@ -92,6 +92,18 @@ def d4rl_file_names(name: str) -> list[str]:
     return names
 
 
+def _check_name_lengths(text: str) -> None:
+    """Refuse an ID whose names no file system holds (a name over 255 bytes), which would
+    otherwise surface as a bare ``OSError`` from the first look for the file."""
+    longest = max((len(os.fsencode(part)) for part in Path(text).parts), default=0)
+    if longest > 255:
+        raise DatasetError(
+            f"d4rl: ID {text!r:.80} ({len(text):,} characters) names no dataset: a name in it is "
+            f"{longest:,} bytes, longer than a file name may be (255); pass the dataset's name "
+            "(e.g. 'hopper-medium-v2') or the path of its file"
+        )
+
+
 def _is_path(text: str) -> bool:
     path = Path(text).expanduser()
     return path.suffix in (".hdf5", ".h5") or os.sep in text or "/" in text or path.exists()
@@ -108,6 +120,7 @@ def resolve_d4rl(name_or_path: str | os.PathLike[str]) -> Path:
         raise DatasetError(
             "a d4rl: ID needs a dataset name or a file path, e.g. 'd4rl:hopper-medium-v2'"
         )
+    _check_name_lengths(text)
     path = Path(text).expanduser()
     if _is_path(text):
         if path.is_file():
@@ -382,6 +395,8 @@ class D4RLSource(Source):
         progress: Callable[[int], None] | None,
         sha256: str | None,
     ) -> Path:
+        if text:
+            _check_name_lengths(text)
         url = None if not text or _is_path(text) else d4rl_url(text)
         if url is not None and download == "force":
             from mixreplay.datasets.download import download as fetch  # urllib: imported on need

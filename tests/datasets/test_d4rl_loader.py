@@ -315,3 +315,15 @@ def test_plan_matches_qlearning_dataset_and_episode_starts(tf):
     assert stored.rows == n and stored.dropped == 0
     raw_ends = set(np.flatnonzero(terminals | timeouts).tolist())
     assert {s - 1 for s in stored.starts[1:]} == raw_ends - {n - 1}
+
+
+@pytest.mark.parametrize("name", ["x" * 5000, "/data/" + "y" * 300 + ".hdf5"])
+def test_an_id_with_a_name_longer_than_a_file_name_is_a_dataset_error(name, tmp_path, monkeypatch):
+    """It used to surface as a bare OSError (File name too long) from the first look."""
+    monkeypatch.setenv("D4RL_DATASET_DIR", str(tmp_path / "d4rl"))
+    from mixreplay import load_dataset
+
+    with pytest.raises(DatasetError, match=r"names no dataset: a name in it is \d[\d,]* bytes"):
+        load_dataset("d4rl:" + name)
+    with pytest.raises(DatasetError, match="longer than a file name may be"):
+        resolve_d4rl(name)

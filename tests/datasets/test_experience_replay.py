@@ -207,5 +207,5 @@ def test_download_and_dataset_id_take_torchrls_types_only(tmp_path):
 
 def test_a_dataset_id_too_long_for_a_file_name_is_a_dataset_error(tmp_path, monkeypatch):
     monkeypatch.setenv("D4RL_DATASET_DIR", str(tmp_path / "d4rl"))
-    with pytest.raises(DatasetError, match=r"\(5,000 characters\) names no dataset: it is longer than a file name may be"):  # fmt: skip
+    with pytest.raises(DatasetError, match=r"\(5,000 characters\) names no dataset: .*longer than a file name may be"):  # fmt: skip
         D4RLExperienceReplay("x" * 5000, 4, download=False)

@@ -248,14 +248,10 @@ class BufferBase(Generic[R]):
         with self._paused(), self._locks():
             yield
 
-    def _online_rows(self) -> int:
-        """Online rows held: what a rate limiter's ``min_size_to_sample`` counts."""
+    def _online_rows(self) -> int | list[int]:
+        """Online rows held, what a rate limiter's ``min_size_to_sample`` counts: one count,
+        or one per written storage where there are several (each moves under its own lock)."""
         raise NotImplementedError
-
-    def _rate_limited_rows(self) -> int | list[int]:
-        """:meth:`_online_rows` as the rate limiter keeps it (one count per written storage
-        where there are several)."""
-        return self._online_rows()
 
     # -- rate limiting (mixreplay.rate_limit) ----------------------------------------------
 
@@ -290,7 +286,7 @@ class BufferBase(Generic[R]):
             if "rate_limiter" in state:
                 log.info("the state's rate-limiter counts are not restored: no rate_limiter here")
             return lambda: None
-        return gate.plan_load(state.get("rate_limiter"), self._rate_limited_rows)
+        return gate.plan_load(state.get("rate_limiter"), self._online_rows)
 
     # -- sampling --------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from multiprocessing.context import get_spawning_popen
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import torch
 import torch.utils._pytree as pytree
@@ -140,6 +140,15 @@ def _transpose(data: Any, dim: int) -> Any:
     from torch.utils._pytree import tree_map
 
     return tree_map(lambda x: x.transpose(dim, 0) if isinstance(x, torch.Tensor) else x, data)
+
+
+def _raise_clear_write_error(data: Any, err: RuntimeError) -> NoReturn:
+    """Raise what a failed write of ``data`` means, when :func:`data_types.explain_write_error`
+    knows (from ``err``), else ``err`` itself."""
+    clear = data_types.explain_write_error(data, err)
+    if clear is None:
+        raise err
+    raise clear from err
 
 
 def _join_slots(parts: list[torch.Tensor]) -> torch.Tensor:
@@ -756,10 +765,7 @@ class ReplayBuffer(BufferBase[Sampled]):
                 if written is not None:  # a mixing buffer's rate limiter counts the rows
                     written(index)
         except RuntimeError as err:
-            clear = data_types.explain_write_error(data, err)
-            if clear is None:
-                raise
-            raise clear from err
+            _raise_clear_write_error(data, err)
         self._after_write()
         return index
 
@@ -778,10 +784,7 @@ class ReplayBuffer(BufferBase[Sampled]):
                 storage.codec = codec
                 self._sampler.on_extend(index, storage)
         except RuntimeError as err:
-            clear = data_types.explain_write_error(data, err)
-            if clear is None:
-                raise
-            raise clear from err
+            _raise_clear_write_error(data, err)
         self._after_write()
         return index
 
@@ -828,10 +831,7 @@ class ReplayBuffer(BufferBase[Sampled]):
                 try:
                     rows, codec = data_types.to_rows(rows, codec, storage.schema is None)
                 except RuntimeError as err:
-                    clear = data_types.explain_write_error(part, err)
-                    if clear is None:
-                        raise
-                    raise clear from err
+                    _raise_clear_write_error(part, err)
             return (a, b, part, rows, convert, codec), rows.batch_size[0]
 
         def write(prepared: Any, commit: Callable[..., None]) -> torch.Tensor:
@@ -845,10 +845,7 @@ class ReplayBuffer(BufferBase[Sampled]):
                     self._sampler.on_extend(index, storage)
                     commit(len(storage))  # under the lock: a checkpoint holds rows and count
             except RuntimeError as err:
-                clear = data_types.explain_write_error(part, err)
-                if clear is None:
-                    raise
-                raise clear from err
+                _raise_clear_write_error(part, err)
             self._after_write()
             if after is not None:
                 after(a, b, part, index)

@@ -122,7 +122,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
             rate_limiter,
             owner=type(self).__name__,
             capacity=sum(s.capacity for s in self._inserted_sources),
-            size=self._rate_limited_rows(),
+            size=self._online_rows(),
             batch_size=self._batch_size,
             sources=[
                 (name, s.obj.rate_limiter if isinstance(s.obj, BufferBase) else None)
@@ -134,10 +134,7 @@ class MixingBuffer(BufferBase[MixedDraw]):
         """Whether rows written to source ``i`` are inserts (it is written, not referenced)."""
         return not self._by_reference(i)
 
-    def _online_rows(self) -> int:
-        return sum([len(s) for s in self._inserted_sources])
-
-    def _rate_limited_rows(self) -> list[int]:
+    def _online_rows(self) -> list[int]:
         # per written source: each one's count moves under its own lock, with its inserts
         return [len(s) for s in self._inserted_sources]
 

@@ -327,7 +327,7 @@ class BufferSource(MixSource):
         return self.buffer.sampler.pads
 
     def __len__(self) -> int:
-        return len(self.buffer)
+        return len(self._storage)  # the buffer's length, one call shorter (asked per write)
 
     def available(self) -> int:
         return self._sampler.available(self._storage)

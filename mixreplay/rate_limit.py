@@ -510,8 +510,9 @@ class RateGate:
     def __init__(self, limiter: RateLimiter, *, size: int | Sequence[int] = 0):
         self.limiter = limiter
         self._cond = threading.Condition(threading.Lock())
-        #: the online rows held by each written storage (a buffer of several sources)
-        self._parts: list[int] | None = None
+        #: the online rows held by each written storage (one, but for a mixture's sources),
+        #: and their sum
+        self._parts: list[int] = []
         self._size = 0
         self._set_size(size)
         self._inserts, self._samples = limiter.centre(self._size)
@@ -690,24 +691,19 @@ class RateGate:
             )
             self._pending_inserts += m
 
-    def commit_insert(self, k: int, size: int, rows: int, part: int | None = None) -> None:
-        """``k`` reserved rows went in as ``rows`` rows; the buffer now holds ``size``
-        online rows, or, for a buffer of several written storages, storage ``part`` holds
-        ``size``.
+    def commit_insert(self, k: int, size: int, rows: int, part: int = 0) -> None:
+        """``k`` reserved rows went in as ``rows`` rows; written storage ``part`` now holds
+        ``size`` online rows.
 
-        A buffer of several storages passes ``part`` and that storage's size, read under
-        its lock: a total read there could count rows another collector has just written
-        to another storage before their own insert is counted.
+        Each storage's size is read under its own lock, with its insert: a total read there
+        could count rows another collector has just written to another storage (a
+        mixture's source) before their own insert is counted.
         """
         with self._cond:
             self._pending_inserts -= k
             self._inserts += rows
-            if part is None:
-                self._size = size
-            else:
-                assert self._parts is not None
-                self._parts[part] = size
-                self._size = sum(self._parts)
+            self._parts[part] = size
+            self._size = sum(self._parts)
             self._changed()
 
     def cancel_insert(self, k: int) -> None:
@@ -733,12 +729,9 @@ class RateGate:
         return self._closed
 
     def _set_size(self, size: int | Sequence[int]) -> None:
-        """The online rows held: a total, or one count per written storage."""
-        if isinstance(size, int):
-            self._size = size
-        else:
-            self._parts = list(size)
-            self._size = sum(self._parts)
+        """The online rows held: one storage's, or one count per written storage."""
+        self._parts = [size] if isinstance(size, int) else list(size)
+        self._size = sum(self._parts)
 
     def reset(self, size: int | Sequence[int]) -> None:
         """Start counting again (the buffer was emptied, or now holds ``size`` rows)."""
@@ -865,7 +858,7 @@ def write_limited(
         if m:
             committed = False
 
-            def commit(size: int, part: int | None = None, m: int = m) -> None:
+            def commit(size: int, part: int = 0, m: int = m) -> None:
                 nonlocal committed
                 gate.commit_insert(m, size, m, part)
                 committed = True

@@ -36,7 +36,6 @@ TorchRL keeps them: Minari's rewards are float64, which TorchRL's programs cast 
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -48,7 +47,7 @@ from tensordict import TensorDict, TensorDictBase
 from mixreplay._validate import check_bool, check_choice, describe
 from mixreplay.buffers.offline import OfflineDataset
 from mixreplay.buffers.tensordict import TensorDictReplayBuffer
-from mixreplay.errors import DatasetError, ReadOnlyError
+from mixreplay.errors import ReadOnlyError
 from mixreplay.samplers import Sampler
 from mixreplay.storages.base import Storage
 from mixreplay.storages.foreign import adapt_storage
@@ -225,19 +224,6 @@ def _dataset_id(value: Any, paths: bool) -> str:
     return str(os.fspath(value))
 
 
-def _open(prefix: str, dataset_id: str, download: bool | str, root: Path | None, **kw: Any):
-    try:
-        return _load(prefix, dataset_id, download, root, **kw)
-    except OSError as err:
-        if err.errno != errno.ENAMETOOLONG:
-            raise
-        raise DatasetError(
-            f"dataset_id {dataset_id!r:.80} ({len(dataset_id):,} characters) names no dataset: "
-            "it is longer than a file name may be on this system; pass the dataset's name "
-            "(e.g. 'hopper-medium-v2') or the path of its file"
-        ) from None
-
-
 def _root(root: Any) -> Path | None:
     return None if root is None else Path(os.fspath(root)).expanduser()
 
@@ -305,7 +291,7 @@ class MinariExperienceReplay(_DatasetExperienceReplay):
         self.dataset_id = dataset_id
         self.download = download
         self.load_from_local_minari = local
-        dataset = _open(
+        dataset = _load(
             "minari",
             dataset_id,
             False if local else download,
@@ -408,7 +394,7 @@ class D4RLExperienceReplay(_DatasetExperienceReplay):
         self.download = download
         self.use_truncated_as_done = use_truncated_as_done
         self.from_env = from_env
-        dataset = _open(
+        dataset = _load(
             "d4rl",
             dataset_id,
             download,

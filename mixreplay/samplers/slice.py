@@ -675,13 +675,15 @@ class SliceSampler(Sampler):
             t = t.remainder_(cap)
         return t.reshape(-1)
 
-    #: TorchRL's private boundary methods this class provides as views: a subclass overriding
-    #: one would expect it to change how episodes are found, which it does not here
-    _VIEWS: ClassVar[tuple[str, ...]] = (
-        "_get_stop_and_length",
-        "_find_start_stop_traj",
-        "_end_to_start_stop",
-    )
+    #: TorchRL's private boundary hooks. A subclass may override ``_find_start_stop_traj`` or
+    #: ``_end_to_start_stop`` to change where episodes end, as in TorchRL: the sampler then
+    #: finds them through its hooks (each write rebuilds the index, ``O(len)``).
+    #: ``_get_stop_and_length`` is a view of the episodes found, so overriding it is refused.
+    _HOOKS: ClassVar[tuple[str, ...]] = ("_find_start_stop_traj", "_end_to_start_stop")
+    _VIEWS: ClassVar[tuple[str, ...]] = ("_get_stop_and_length",)
+
+    #: whether a subclass overrides a boundary hook (set for each subclass when defined)
+    _hooked: ClassVar[bool] = False
 
     #: what ``SliceSampler(replacement=False)`` builds (TorchRL's dispatch): the subclass
     #: declared with ``without_replacement=True``
@@ -695,9 +697,13 @@ class SliceSampler(Sampler):
             if name in cls.__dict__:
                 raise TypeError(
                     f"{cls.__name__} overrides SliceSampler.{name}: in mixreplay it is a view "
-                    "for TorchRL's tests, not how the sampler finds episodes, so overriding it "
-                    "would change nothing drawn; pass traj_key= or end_key=/end_keys= instead"
+                    "of the episodes found, not how the sampler finds them, so overriding it "
+                    "would change nothing drawn; override _end_to_start_stop(end, length) or "
+                    "_find_start_stop_traj(...) instead, or pass traj_key= or end_key=/end_keys="
                 )
+        cls._hooked = any(
+            getattr(cls, name) is not getattr(SliceSampler, name) for name in SliceSampler._HOOKS
+        )
 
     def _find_start_stop_traj(
         self,
@@ -713,8 +719,9 @@ class SliceSampler(Sampler):
         step. An episode ends where the id changes (or at a ``True`` flag), and at
         the last row unless ``at_capacity`` (a full ring: an episode without an end
         after the last row goes on at row 0), and at ``cursor`` (the last row
-        written) when given with ``at_capacity``. TorchRL's tests call this private
-        method; it reads only its arguments.
+        written) when given with ``at_capacity``. It reads only its arguments, and
+        turns them into end flags for :meth:`_end_to_start_stop`; a subclass may
+        override either to change where the sampler finds episodes.
         """
         if (trajectory is None) == (end is None):
             raise TypeError(
@@ -731,15 +738,18 @@ class SliceSampler(Sampler):
             last = trajectory != trajectory.roll(-1)
         else:
             last = given.to(torch.bool).clone()
-        return self._end_to_start_stop(last, given.numel(), at_capacity, cursor)
+        length = given.numel()
+        if not at_capacity:
+            last[-1] = True
+        elif cursor is not None:
+            last[int(cursor) % length] = True
+        return self._end_to_start_stop(end=last, length=length)
 
     def _end_to_start_stop(
-        self, end: torch.Tensor, length: int, at_capacity: bool = False, cursor: int | None = None
+        self, end: torch.Tensor, length: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        if not at_capacity:
-            end[-1] = True
-        elif cursor is not None:
-            end[int(cursor) % length] = True
+        """``(start, stop, length)`` of the episodes whose last rows ``end`` flags, in a ring
+        of ``length`` slots (TorchRL's hook; a ring without a flag is one episode)."""
         stop = end.nonzero().reshape(-1)
         if stop.numel() == 0:  # a full ring of one episode without an end
             stop = torch.full((1,), length - 1, dtype=torch.int64, device=end.device)
@@ -941,6 +951,7 @@ class _SliceIndex:
             k = written - self.written
             if (
                 0 < k
+                and not self.sampler._hooked  # a subclass's boundary hooks read every row
                 and k + 2 * self.L <= self.cap // 2  # else a rebuild costs about the same
                 and len(storage) == min(self.cap, self.n + k)
                 and storage.cursor == (self.cursor + k) % self.cap
@@ -971,6 +982,9 @@ class _SliceIndex:
             else:
                 self.keys = keys
                 self.cut[:n] = self._flags(storage, 0, n)
+            if sampler._hooked:  # a subclass says where episodes end (TorchRL's hooks)
+                self.cut[:n] = self._hooked_ends(storage, n, cap)
+                self.ids = self.id_key = None
             self.cut[(storage.cursor - 1) % cap] = True  # the newest row
             if isinstance(storage, _Columns):  # a grid's columns: no slice runs into the next
                 self.cut[storage.column_ends] = True
@@ -986,6 +1000,29 @@ class _SliceIndex:
         self._ends = None
         self._changed()
         self._seen(storage)
+
+    def _hooked_ends(self, storage: Storage, n: int, cap: int) -> torch.Tensor:
+        """The end flags of slots ``0 .. n - 1`` as a subclass's boundary hooks find them,
+        from the ids or end flags this index read (``self.ids`` / ``self.cut``)."""
+        full = n == cap
+        cursor = (storage.cursor - 1) % cap if full else None
+        if self.ids is not None:
+            found = self.sampler._find_start_stop_traj(
+                trajectory=self.ids[:n].clone(), at_capacity=full, cursor=cursor
+            )
+        else:
+            found = self.sampler._find_start_stop_traj(
+                end=self.cut[:n].clone(), at_capacity=full, cursor=cursor
+            )
+        stop = found[1].reshape(-1).to(torch.int64)
+        if stop.numel() and (int(stop.min()) < 0 or int(stop.max()) >= n):
+            raise ValueError(
+                f"{type(self.sampler).__name__}'s boundary hooks returned a stop outside the "
+                f"{n} rows held (got {stop.tolist()[:8]}); they must return slots 0..{n - 1}"
+            )
+        ends = torch.zeros(n, dtype=torch.bool, device=self.cut.device)
+        ends[stop.to(ends.device)] = True
+        return ends
 
     def _changed(self) -> None:
         self._slots = self._episodes = self._whole = self._short = None

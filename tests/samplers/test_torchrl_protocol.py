@@ -248,19 +248,75 @@ def test_find_start_stop_traj_refuses_what_it_cannot_read():
         find(end=torch.zeros(2, 3, dtype=torch.bool), at_capacity=False)
 
 
-@pytest.mark.parametrize(
-    "name", ["_get_stop_and_length", "_find_start_stop_traj", "_end_to_start_stop"]
-)
-def test_a_subclass_overriding_a_boundary_view_is_refused_when_defined(name):
-    """Overriding one would change nothing drawn: mixreplay does not find episodes through it."""
+def test_a_subclass_overriding_the_episode_view_is_refused_when_defined():
+    """Overriding it would change nothing drawn: it reports the episodes found."""
     with pytest.raises(
         TypeError,
-        match=rf"Mine overrides SliceSampler.{name}: in mixreplay it is a view for TorchRL's "
-        r"tests, not how the sampler finds episodes, so overriding it would change nothing "
-        r"drawn; pass traj_key= or end_key=/end_keys= instead",
+        match=r"Mine overrides SliceSampler._get_stop_and_length: in mixreplay it is a view "
+        r"of the episodes found, not how the sampler finds them, so overriding it would "
+        r"change nothing drawn; override _end_to_start_stop\(end, length\) or",
     ):
-        type("Mine", (SliceSampler,), {name: lambda self, *a, **k: None})
+        type("Mine", (SliceSampler,), {"_get_stop_and_length": lambda self, *a, **k: None})
 
     class Fine(SliceSampler):  # other overrides are the subclass's business
         def info(self, index, storage):
             return super().info(index, storage)
+
+
+class _PairedEpisodes(SliceSampler):
+    """Every episode also ends at each odd slot: episodes are pairs of rows at most."""
+
+    def _end_to_start_stop(self, end, length):
+        end = end.clone()
+        end[1::2] = True
+        return super()._end_to_start_stop(end, length)
+
+
+class _PairedEpisodesByIds(SliceSampler):
+    """The same cut, made by overriding the other hook."""
+
+    def _find_start_stop_traj(self, *, trajectory=None, end=None, at_capacity, cursor=None):
+        n = (trajectory if trajectory is not None else end).numel()
+        flags = torch.zeros(n, dtype=torch.bool)
+        flags[1::2] = True
+        return super()._find_start_stop_traj(end=flags, at_capacity=at_capacity, cursor=cursor)
+
+
+@pytest.mark.parametrize("sampler_cls", [_PairedEpisodes, _PairedEpisodesByIds])
+def test_a_subclass_boundary_hook_decides_where_slices_may_run(sampler_cls):
+    """As in TorchRL, overriding _end_to_start_stop or _find_start_stop_traj changes the
+    episodes drawn from, after every write too (a ring that wraps included)."""
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(24),
+        sampler=sampler_cls(slice_len=2, traj_key="episode"),
+        batch_size=32,
+        generator=0,
+    )
+    for first in range(0, 40, 8):  # one episode id for everything: only the hook cuts it
+        rb.extend(
+            TensorDict(
+                episode=torch.zeros(8, dtype=torch.long),
+                obs=torch.arange(first, first + 8),
+                batch_size=[8],
+            )
+        )
+        starts = rb.sample()["obs"].view(-1, 2)
+        assert (starts[:, 1] == starts[:, 0] + 1).all()
+        assert (starts[:, 0] % 2 == 0).all(), starts[:, 0]  # never across an odd slot
+        _, stop, lengths = rb.sampler._get_stop_and_length(rb.storage)
+        assert (lengths <= 2).all()
+        assert (stop.squeeze(-1) % 2 == 1).all()
+
+
+def test_without_a_hook_the_same_rows_are_one_episode():
+    """The test above can fail: the base sampler draws slices starting at odd rows."""
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(24),
+        sampler=SliceSampler(slice_len=2, traj_key="episode"),
+        batch_size=64,
+        generator=0,
+    )
+    rb.extend(
+        TensorDict(episode=torch.zeros(8, dtype=torch.long), obs=torch.arange(8), batch_size=[8])
+    )
+    assert (rb.sample()["obs"].view(-1, 2)[:, 0] % 2 == 1).any()

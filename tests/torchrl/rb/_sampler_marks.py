@@ -74,12 +74,6 @@ DIFF_PRIVATE = _differs(
     "TorchRL's (mixreplay's _max_priority is a float)",
     (AttributeError, TypeError),
 )
-DIFF_BOUNDARY_OVERRIDE = _differs(
-    "a SliceSampler subclass overriding _end_to_start_stop / _find_start_stop_traj / "
-    "_get_stop_and_length is refused when defined (TypeError): mixreplay provides them as "
-    "views of its episode list, so an override would change nothing drawn",
-    TypeError,
-)
 DIFF_PRIVATE_STATE = _differs(
     "a sampler's state_dict() is mixreplay's own layout (no '_schema_version', '_sum_tree'); "
     "sampler.dumps does not exist (rb.dumps saves the sampler with its buffer)",

@@ -2959,7 +2959,6 @@ class TestFindStartStopTraj:
         # TED2Flat consumes the shared constant as its default.
         assert TED2Flat().done_keys == set(DEFAULT_DONE_KEYS)
 
-    @DIFF_BOUNDARY_OVERRIDE
     def test_subclass_end_to_start_stop_override(self):
         # SliceSampler._find_start_stop_traj dispatches through
         # self._end_to_start_stop so that subclasses overriding it keep

@@ -300,7 +300,7 @@ def test_metadata_records_the_run(tmp_path):
     sampler = state["sources"]["online"]["sampler"]
     assert sampler["type"].endswith("PrioritizedSampler")
     assert sampler["state"]["priorities"]["__tensor__"]["dtype"] == "float64"
-    assert state["generator"]["state"]["__tensor__"]["dtype"] == "uint8"
+    assert state["_rng"]["state"]["__tensor__"]["dtype"] == "uint8"
 
 
 def test_callable_schedules_are_kept_from_the_buffer(tmp_path):

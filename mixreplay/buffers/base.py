@@ -396,10 +396,10 @@ class BufferBase(Generic[R]):
                 g.set_state(state)
 
     def _generators_state(self) -> dict[str, Any]:
-        """The generator entries of :meth:`state_dict`: ``"generator"``, and
+        """The generator entries of :meth:`state_dict`: ``"_rng"`` (TorchRL's key), and
         ``"device_generators"`` once a generator on a device has drawn (absent otherwise,
         so a host-only buffer saves exactly what it always did)."""
-        out: dict[str, Any] = {"generator": generator_state(self._generator)}
+        out: dict[str, Any] = {"_rng": generator_state(self._generator)}
         owned = self._owned_device_generators()
         if owned:
             out["device_generators"] = {name: generator_state(g) for name, g in owned.items()}
@@ -414,7 +414,9 @@ class BufferBase(Generic[R]):
         generator for a device this process lacks is skipped (logged): no storage of this
         buffer can be there.
         """
-        main = plan_generator(self._generator, state.get("generator"), "generator")
+        # "_rng", TorchRL's key; states written by mixreplay 0.2 and earlier have "generator"
+        key = "_rng" if "_rng" in state or "generator" not in state else "generator"
+        main = plan_generator(self._generator, state.get(key), key)
         saved = state.get("device_generators", {})
         if not isinstance(saved, dict):
             raise CheckpointError(
@@ -432,7 +434,7 @@ class BufferBase(Generic[R]):
             if device.type == "cpu":
                 raise CheckpointError(
                     "device_generators: 'cpu' is the buffer's own generator, saved as "
-                    "'generator'; the checkpoint is corrupt"
+                    "'_rng'; the checkpoint is corrupt"
                 )
             if not _usable(device):
                 log.info(

@@ -1124,9 +1124,10 @@ class ReplayBuffer(BufferBase[Sampled]):
 
         The batch size is saved under TorchRL's key, ``"_batch_size"``, for programs that
         build a buffer from it, and :meth:`load_state_dict` restores it, as TorchRL does (a
-        state saved without one keeps the loading buffer's). A state in TorchRL's layout is
-        not read: the generator is under ``"generator"``
-        (TorchRL's ``"_rng"``), the rows under ``"storage"``.
+        state saved without one keeps the loading buffer's); so is the generator, under
+        ``"_rng"`` (mixreplay 0.2 saved it as ``"generator"``, still read). A state written
+        by TorchRL is not read: the rows are under ``"storage"``, the sampler's under
+        ``"sampler"``.
         """
         storage = self._storage
         with self._paused(), storage.lock:

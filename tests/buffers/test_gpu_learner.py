@@ -192,7 +192,7 @@ def test_device_seed_is_a_function_of_the_state_and_the_device():
     [
         ([1, 2], r"device_generators must be a dict of device name to generator state, got list"),
         ({"gpu:0": {}}, r"device_generators: 'gpu:0' is not a device name"),
-        ({"cpu": {}}, r"'cpu' is the buffer's own generator, saved as 'generator'"),
+        ({"cpu": {}}, r"'cpu' is the buffer's own generator, saved as '_rng'"),
     ],
 )
 @pytest.mark.parametrize("build", [replay, offline_to_online])

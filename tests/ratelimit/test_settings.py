@@ -200,7 +200,7 @@ def test_a_batch_the_band_cannot_hold_beside_an_insert_is_refused():
     with pytest.raises(ValueError, match=r"cannot limit batches of 9 rows"):
         rb.sample(9, timeout=0)
     assert rb.rate_limiter_counts == (1, 0, 1)  # refused: nothing counted, nothing drawn
-    assert torch.equal(rb.generator.get_state(), state["generator"]["state"])
+    assert torch.equal(rb.generator.get_state(), state["_rng"]["state"])
     assert rb.sample(8, timeout=0).batch_size == (8,)
 
 

@@ -328,7 +328,6 @@ class TestRNG:
         c = rb.sample(32)
         assert (a != c).any()
 
-    @DIFF_STATE_LAYOUT
     def test_rng_state_dict(self):
         state = torch.random.get_rng_state()
         rb = ReplayBufferRNG(sampler=RandomSampler(), storage=LazyTensorStorage(100))

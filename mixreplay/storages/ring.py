@@ -25,7 +25,7 @@ from multiprocessing.context import get_spawning_popen
 from typing import Any
 
 import torch
-from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensorclass
+from tensordict import LazyStackedTensorDict, MemoryMappedTensor, TensorDictBase, is_tensorclass
 
 from mixreplay._torchrl_args import check_storage_args
 from mixreplay._validate import check_bool, check_int, check_path, check_saved_int
@@ -567,10 +567,15 @@ class TensorStorage(RingCounters, PackedStorage):
         layout, rows = self._layout, self._rows
         if layout is None or rows is None:
             return None
-        td = layout.unpack(rows, self.device)
+        td = self._file_views(layout.unpack(rows, self.device))
         if self._ndim > 1 and self._width:
             td = td.reshape(self.max_size // self._width, self._width)
         return td if self.codec is None else self.codec.decode(td)
+
+    def _file_views(self, td: TensorDictBase) -> TensorDictBase:
+        """The columns of :attr:`_storage` as they are kept (a memory-mapped storage's say
+        which file holds them)."""
+        return td
 
     def _init(self, datum: Any) -> None:
         """Allocate the rows for data shaped like ``datum`` (one row) without writing it
@@ -1098,6 +1103,21 @@ class LazyMemmapStorage(TensorStorage):
             return _remove_file(path)
 
         return words, path, release
+
+    def _file_views(self, td: TensorDictBase) -> TensorDictBase:
+        """TorchRL's memmap leaves: each column a ``MemoryMappedTensor`` view whose
+        ``filename`` is the file holding the rows (every column is in that one file; a file
+        in the default temporary directory is unlinked once mapped, so has no name)."""
+        path = self.filename
+        if path is None:
+            return td
+
+        def view(column: torch.Tensor) -> torch.Tensor:
+            leaf = column.as_subclass(MemoryMappedTensor)  # the same memory, no copy
+            leaf.filename = path
+            return leaf
+
+        return td.apply(view)
 
     def _allocate(self, layout: RowLayout) -> torch.Tensor:
         words, path, release = self._map("rows-", self.max_size * layout.row_bytes)

@@ -226,3 +226,26 @@ def test_torchrl_storage_attributes():
         s.register_save_hook(lambda *a: None)
     with pytest.raises(AttributeError, match="'LazyTensorStorage' object has no attribute 'nope'"):
         s.nope  # noqa: B018
+
+
+def test_a_memmap_storage_shows_its_columns_as_views_of_its_file(tmp_path):
+    """TorchRL's ``storage._storage`` of a LazyMemmapStorage: memory-mapped leaves that name
+    the file holding them, and writing to one writes the stored row."""
+    from tensordict import MemoryMappedTensor
+
+    s = LazyMemmapStorage(4, scratch_dir=tmp_path)
+    s.extend(
+        TensorDict(
+            a=torch.zeros(3), b=TensorDict(c=torch.ones(3, 2), batch_size=[3]), batch_size=[3]
+        )
+    )
+    view = s._storage
+    assert s.filename is not None and os.path.dirname(s.filename) == str(tmp_path)
+    for key in ("a", ("b", "c")):
+        assert isinstance(view[key], MemoryMappedTensor)
+        assert view[key].filename == s.filename
+    view["a"][1] = 7.0
+    assert s.get(1)["a"] == 7.0 and s.get(0)["a"] == 0.0
+    in_memory = LazyTensorStorage(4)
+    in_memory.extend(TensorDict(a=torch.zeros(3), batch_size=[3]))
+    assert type(in_memory._storage["a"]) is torch.Tensor  # rows in memory: no file to name

@@ -32,10 +32,9 @@ def reference():
 #: programs that stop on mixreplay, each with where and why (strict: they must still fail)
 STOPS = {
     "rb_tutorial": (
-        "rb_tutorial.py line 232, buffer_lazymemmap._storage._storage['a'].filename "
-        "(AttributeError): TorchRL's memory-mapped leaves, a private attribute (docs/torchrl.md, "
-        "'TorchRL's private attributes and internals'); TorchRL itself stops at line 523 "
-        "(its prioritized cell)"
+        "rb_tutorial.py line 685, Resize(...) (ImportError): TorchRL's Resize transform needs "
+        "torchvision, which has no build for this torch; TorchRL itself stops earlier, at line "
+        "523 (its prioritized cell: its C++ trees do not load here)"
     ),
 }
 

@@ -11,7 +11,7 @@ import ast
 import pathlib
 
 import pytest
-from _marks import DIFF_PRIVATE, NEEDS_TORCHVISION, NO_TORCHRL_PRIORITIZED
+from _marks import NEEDS_TORCHVISION, NO_TORCHRL_PRIORITIZED
 
 PATH = pathlib.Path(__file__).with_name("rb_tutorial.py")
 
@@ -37,7 +37,6 @@ def _cells() -> list[tuple[int, str]]:
 CELLS = _cells()
 
 MARKS = {
-    8: DIFF_PRIVATE,  # buffer._storage._storage["a"].filename: TorchRL's memmap tensors
     **{i: NO_TORCHRL_PRIORITIZED for i in range(22, 32)},  # PrioritizedSampler
     **{i: NEEDS_TORCHVISION for i in range(32, 43)},  # pixels resized by torchvision
 }

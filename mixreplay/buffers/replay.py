@@ -1138,6 +1138,7 @@ class ReplayBuffer(BufferBase[Sampled]):
                 **self._generators_state(),
                 **self._rate_limiter_state(),
                 "_batch_size": self._batch_size,
+                **self._prefetch_state_entry(),
             }
 
     def _settings(self) -> dict[str, str]:
@@ -1178,6 +1179,7 @@ class ReplayBuffer(BufferBase[Sampled]):
         """
         name = type(self).__name__
         state = self._check_kind(state)
+        self._check_prefetch_state(state)
         plans: list[Plan] = [self._plan_batch_size(state)]
         storage = self._storage
         saved = state.get("storage")

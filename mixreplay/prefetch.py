@@ -38,6 +38,13 @@ reads or replaces their whole state (``state_lock()``, ``state_dict()``,
 ``dumps``, ``load_state_dict``, ``empty``); the lock order this serves is
 written in :mod:`mixreplay.buffers.base`.
 
+Looking at the queue: :meth:`Prefetcher.pending` lists the batches asked for and
+not handed out, oldest first, as :class:`Queued` futures (``rb._prefetch_queue``,
+TorchRL's name, is that list); ``queued[0].result()`` waits for the batch the
+next ``sample()`` hands out. :attr:`Prefetcher.lock` (``rb._futures_lock``) guards
+the queue: whatever waits for the draws before reading or replacing the whole
+state (a checkpoint, a load) holds it while it waits and undoes them.
+
 The thread stops with the buffer's ``close()`` (also on leaving a ``with``
 block, and when the buffer is garbage-collected).
 """
@@ -65,6 +72,7 @@ __all__ = [
     "HELD_LOCK_GRACE_S",
     "PrefetchClosed",
     "Prefetcher",
+    "Queued",
     "check_pin_memory",
     "check_prefetch",
     "pin",
@@ -140,6 +148,49 @@ class PrefetchClosed(RuntimeError):
     draws in its own thread instead, as after ``close()``."""
 
 
+class Queued(Generic[T]):
+    """One batch asked of the prefetch worker and not handed out yet: a read-only future.
+
+    :meth:`result` waits for the draw and returns what the buffer's next ``sample()``
+    hands out for it (a :class:`~mixreplay.ReplayBuffer`: ``(batch, info)``), or raises
+    the draw's error. Looking changes nothing: the batch stays queued, and a checkpoint
+    or a load may still undo it (then a later ``sample()`` draws it again).
+    """
+
+    __slots__ = ("_future",)
+
+    def __init__(self, future: Future):
+        self._future = future
+
+    def done(self) -> bool:
+        """Whether the draw has run (or was cancelled by ``close()``)."""
+        return self._future.done()
+
+    def cancelled(self) -> bool:
+        return self._future.cancelled()
+
+    def result(self, timeout: float | None = None) -> T:
+        """The drawn batch, waiting up to ``timeout`` seconds (``None``: until drawn).
+
+        Raises the draw's error, ``concurrent.futures.CancelledError`` for a draw
+        ``close()`` cancelled, ``TimeoutError`` when ``timeout`` runs out.
+        """
+        _, result, err, _ = self._future.result(timeout)
+        if err is not None:
+            raise err
+        return result
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Queued) and other._future is self._future
+
+    def __hash__(self) -> int:
+        return hash(self._future)
+
+    def __repr__(self) -> str:
+        state = "cancelled" if self.cancelled() else "done" if self.done() else "pending"
+        return f"Queued({state})"
+
+
 class Prefetcher(Generic[T]):
     """One worker thread drawing batches ahead, in order, with rewindable draws.
 
@@ -156,9 +207,10 @@ class Prefetcher(Generic[T]):
             (the worker waits for that lock): it is given :data:`HELD_LOCK_GRACE_S`, then
             refused with a :class:`~mixreplay.errors.LockOrderError`, nothing changed.
 
-    ``self._lock`` guards the queue; it is held while waiting for the worker only by
-    :meth:`discard`, :meth:`drop`, :meth:`revise` and :meth:`paused`'s entry, and the worker
-    itself never takes it, so a caller that holds no storage lock never waits on it for long.
+    :attr:`lock` guards the queue; it is held while waiting for the worker only by
+    :meth:`discard`, :meth:`drop`, :meth:`revise`, :meth:`paused`'s entry and
+    ``wait(hold=True)``, and the worker itself never takes it, so a caller that holds no
+    storage lock never waits on it for long.
     """
 
     def __init__(
@@ -276,8 +328,19 @@ class Prefetcher(Generic[T]):
             raise err
         return result, ran_out
 
-    def wait(self) -> None:
-        """Block until every draw asked for so far has run (called before each write)."""
+    def wait(self, *, hold: bool = False) -> None:
+        """Block until every draw asked for so far has run (called before each write).
+
+        With ``hold=True`` the wait holds :attr:`lock` (as a checkpoint's does), so no
+        draw is asked for or handed out meanwhile; a load waits so before it checks
+        the state it replaces.
+        """
+        if hold:
+            with self._lock:
+                pending = list(self._queue)
+                if pending:
+                    self._await(pending)
+            return
         with self._lock:
             pending = list(self._queue)
         if pending:
@@ -345,6 +408,17 @@ class Prefetcher(Generic[T]):
         self.wait()
         with self._lock:
             return [f.result()[1] for f in self._queue]
+
+    def pending(self) -> tuple[Queued[T], ...]:
+        """The batches asked for and not handed out yet, oldest first, as they are now."""
+        with self._lock:
+            return tuple(Queued(f) for f in self._queue)
+
+    @property
+    def lock(self) -> threading.Lock:
+        """The queue's lock: held while a checkpoint or a load waits for the draws and undoes
+        them, and briefly by every call that asks for or hands out a draw."""
+        return self._lock
 
     @property
     def ready(self) -> int:

@@ -1,6 +1,7 @@
 """prefetch=N: batches drawn ahead by one thread, equal to the synchronous sequence, rewound on checkpoints."""
 
 import gc
+import logging
 import threading
 
 import pytest
@@ -496,3 +497,138 @@ def test_alpha_and_beta_changed_while_prefetching_apply_from_the_next_batch(kind
             ahead.update_priority(ia["index"] if kind == "replay" else ia, prio)
     finally:
         ahead.close()
+
+
+# -- the queue as TorchRL names it: rb._prefetch_queue, rb._futures_lock, "_prefetch_state" --
+
+
+def test_the_queue_view_holds_what_the_next_samples_hand_out():
+    plain = make_rb(None)
+    with make_rb(3) as rb:
+        assert rb._prefetch_queue == ()  # nothing asked for before the first sample
+        first = rb.sample()
+        queued = rb._prefetch_queue
+        assert len(queued) == 3  # the depth, between two samples
+        looked = [q.result() for q in queued]  # (batch, info), oldest first
+        assert all(q.done() for q in queued) and rb._prefetch_queue == queued  # looking: no change
+        handed = [rb.sample(return_info=True) for _ in range(3)]
+        for (batch, info), (out, out_info) in zip(looked, handed):
+            assert batch is out and torch.equal(info["index"], out_info["index"])
+        # and the sequence is the one of a buffer that never prefetched
+        assert xs([first] + [b for b, _ in handed]) == xs(plain.sample() for _ in range(4))
+    assert rb._prefetch_queue == ()  # closed: nothing queued
+    assert plain._prefetch_queue == ()
+    with pytest.raises(AttributeError):  # no queue, no lock
+        _ = plain._futures_lock
+
+
+class GatedCollate:
+    """A collate_fn whose calls after the first wait for ``release`` (a draw held in flight)."""
+
+    def __init__(self):
+        self.calls = 0
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, batch):
+        self.calls += 1
+        if self.calls > 1:
+            self.started.set()
+            assert self.release.wait(timeout=10), "never released"
+        return batch
+
+
+def gated_rb(seed=123):
+    collate = GatedCollate()
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(1000),
+        batch_size=8,
+        generator=seed,
+        prefetch=2,
+        collate_fn=collate,
+    )
+    rb.extend(rows(30))
+    rb.sample()  # the first draw; the next one waits in the worker
+    assert collate.started.wait(timeout=10)
+    return rb, collate
+
+
+def release_when_held(rb, collate, seen):
+    """Release the draw in flight once ``rb._futures_lock`` is held (watchdog: 10 s)."""
+    lock = rb._futures_lock
+    try:
+        seen.append(any(lock.locked() or collate.release.wait(0.001) for _ in range(10_000)))
+    finally:
+        collate.release.set()
+
+
+@pytest.mark.parametrize("call", ["state_dict", "load_state_dict", "dumps"])
+def test_a_checkpoint_or_load_waits_for_draws_in_flight_holding_the_futures_lock(tmp_path, call):
+    """TorchRL's contract, kept: while a state is read or replaced, the draws in flight are
+    waited for under the queue's lock, so none is asked for or handed out meanwhile."""
+    saved = make_rb(None)
+    saved.sample()
+    state = saved.state_dict()
+    rb, collate = gated_rb()
+    seen: list[bool] = []
+    watcher = threading.Thread(target=release_when_held, args=(rb, collate, seen), daemon=True)
+    watcher.start()
+    try:
+        if call == "state_dict":
+            rb.state_dict()
+        elif call == "dumps":
+            rb.dumps(tmp_path / "ckpt")
+        else:
+            rb.load_state_dict(state)
+        watcher.join(timeout=20)
+        assert seen == [True], "the lock was not held while the draw in flight was waited for"
+        if call == "load_state_dict":  # and the load is exact
+            assert xs(rb.sample() for _ in range(4)) == xs(saved.sample() for _ in range(4))
+    finally:
+        collate.release.set()
+        rb.close()
+
+
+@pytest.mark.parametrize("depth", [None, 1, 2, 5])
+def test_prefetch_state_records_the_depth_and_loads_into_any(depth, caplog):
+    caplog.set_level(logging.INFO, logger="mixreplay")
+    with make_rb(2) as src:
+        src.sample()
+        state = src.state_dict()
+        assert state["_prefetch_state"] == {"capacity": 2}  # no batches: they were undone
+        expected = xs(src.sample() for _ in range(5))
+    older = {k: v for k, v in state.items() if k != "_prefetch_state"}  # a state saved before it
+    for s in (state, older):
+        with make_rb(depth) as rb:
+            rb.load_state_dict(s)
+            assert xs(rb.sample() for _ in range(5)) == expected
+    assert (f"saved with prefetch=2, loaded with prefetch={depth or 0}" in caplog.text) == (
+        depth != 2
+    )
+
+
+@pytest.mark.parametrize("bad", [None, 1.5, -1, True, "2"])
+def test_a_corrupt_prefetch_state_is_refused_changing_nothing(bad):
+    from mixreplay.errors import CheckpointError
+
+    state = make_rb(None, n=20).state_dict()
+    state["_prefetch_state"] = {"capacity": bad} if bad is not None else [2]
+    with make_rb(2) as rb, make_rb(2) as untouched:
+        for b in (rb, untouched):
+            b.sample()
+        with pytest.raises(CheckpointError, match="_prefetch_state must be a dict"):
+            rb.load_state_dict(state)
+        assert len(rb) == 50  # the rows, the queue and the generator as they were:
+        assert xs(rb.sample() for _ in range(5)) == xs(untouched.sample() for _ in range(5))
+
+
+def test_a_load_draws_nothing_ahead_so_a_write_after_it_is_seen_as_by_the_saved_buffer():
+    """The loaded buffer's queue stays empty until it samples: the saved buffer had undone its
+    queued draws, so both draw the next batches after the write that follows."""
+    with make_rb(2) as src, make_rb(2) as twin:
+        src.sample()
+        twin.load_state_dict(src.state_dict())
+        assert twin._prefetch_queue == ()
+        for rb in (src, twin):
+            rb.extend(rows(50, start=1000))
+        assert xs(twin.sample() for _ in range(6)) == xs(src.sample() for _ in range(6))

@@ -37,6 +37,7 @@ import hashlib
 import logging
 import operator
 import os
+import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
@@ -49,7 +50,14 @@ from mixreplay import checkpoint, data_types
 from mixreplay._state import Plan, generator_state, plan_generator
 from mixreplay._validate import check_int, describe
 from mixreplay.errors import CheckpointError, MissingBatchSizeError
-from mixreplay.prefetch import PrefetchClosed, Prefetcher, check_pin_memory, check_prefetch, pin
+from mixreplay.prefetch import (
+    PrefetchClosed,
+    Prefetcher,
+    Queued,
+    check_pin_memory,
+    check_prefetch,
+    pin,
+)
 from mixreplay.rate_limit import RateCounts, RateGate, RateLimiter, check_timeout
 from mixreplay.transforms import Compose, Transform
 
@@ -288,6 +296,35 @@ class BufferBase(Generic[R]):
             return lambda: None
         return gate.plan_load(state.get("rate_limiter"), self._online_rows)
 
+    # -- prefetching, as a state records it -------------------------------------------------
+
+    def _prefetch_state_entry(self) -> dict[str, Any]:
+        """The ``"_prefetch_state"`` entry of :meth:`state_dict` (TorchRL's key): the prefetch
+        depth of the buffer that saved it. It holds no batches: a state is taken with the
+        queued draws undone (see :mod:`mixreplay.prefetch`)."""
+        return {"_prefetch_state": {"capacity": self._prefetch}}
+
+    def _check_prefetch_state(self, state: dict[str, Any]) -> None:
+        """Check the saved ``"_prefetch_state"`` (absent from older states: nothing to check).
+
+        Any depth loads (the sequence of batches does not depend on it); a different one
+        is logged at INFO."""
+        saved = state.get("_prefetch_state")
+        if saved is None:
+            return
+        capacity = saved.get("capacity") if isinstance(saved, dict) else None
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+            raise CheckpointError(
+                "_prefetch_state must be a dict with the saved buffer's 'capacity', an int "
+                f">= 0 (its prefetch), got {describe(saved)}; the checkpoint is corrupt"
+            )
+        if capacity != self._prefetch:
+            log.info(
+                "%s: the state was saved with prefetch=%d, loaded with prefetch=%d (a state holds "
+                "no queued batches: the batches that follow are the same)",
+                type(self).__name__, capacity, self._prefetch,
+            )  # fmt: skip
+
     # -- sampling --------------------------------------------------------------------------
 
     def _resolve_batch_size(self, batch_size: int | None) -> int:
@@ -502,6 +539,26 @@ class BufferBase(Generic[R]):
         p = self._prefetcher
         return contextlib.nullcontext() if p is None else p.paused()
 
+    @property
+    def _prefetch_queue(self) -> tuple[Queued[R], ...]:
+        """TorchRL's name for the batches drawn ahead and not handed out yet, oldest first
+        (a read-only view, taken now; empty without ``prefetch``): ``[0].result()`` is what
+        the next ``sample(return_info=True)`` returns."""
+        p = self._prefetcher
+        return () if p is None else p.pending()
+
+    @property
+    def _futures_lock(self) -> threading.Lock:
+        """TorchRL's name for the lock of the prefetch queue (:attr:`Prefetcher.lock`), held
+        while a checkpoint or a load waits for the draws in flight and undoes them."""
+        p = self._prefetcher
+        if p is None:
+            raise AttributeError(
+                f"{type(self).__name__} has no prefetch queue (built without prefetch=, or "
+                "closed), hence no _futures_lock: nothing is drawn ahead to wait for"
+            )
+        return p.lock
+
     def _before_write(self) -> None:
         # Draws already asked for see the buffer as it was when they were asked for.
         if self._prefetcher is not None:
@@ -644,7 +701,10 @@ class BufferBase(Generic[R]):
             allow_offline_mismatch: resume even though an offline source differs
                 from the one saved (its fingerprint, row count or schema).
         """
-        self._before_write()
+        if self._prefetcher is not None:
+            # the draws in flight end before the state is checked, under the queue's lock
+            # (``_futures_lock``): none is asked for or handed out meanwhile
+            self._prefetcher.wait(hold=True)
         apply = self.plan_load_state_dict(state, allow_offline_mismatch=allow_offline_mismatch)
         constructed = self._settings()
         with self._paused():  # queued batches belong to the state being replaced

@@ -1120,7 +1120,9 @@ class ReplayBuffer(BufferBase[Sampled]):
                 mixing buffer saves its offline side this way.
 
         While prefetching, the batches not yet returned are discarded first and the
-        generator rewound to before them (see :mod:`mixreplay.prefetch`).
+        generator rewound to before them (see :mod:`mixreplay.prefetch`): the state holds
+        no queued batches, and its ``"_prefetch_state"`` (TorchRL's key) only the prefetch
+        depth of this buffer; it loads into a buffer of any depth.
 
         The batch size is saved under TorchRL's key, ``"_batch_size"``, for programs that
         build a buffer from it, and :meth:`load_state_dict` restores it, as TorchRL does (a
@@ -1139,6 +1141,7 @@ class ReplayBuffer(BufferBase[Sampled]):
                 **self._generators_state(),
                 **self._rate_limiter_state(),
                 "_batch_size": self._batch_size,
+                **self._prefetch_state_entry(),
             }
 
     def _settings(self) -> dict[str, str]:
@@ -1179,6 +1182,7 @@ class ReplayBuffer(BufferBase[Sampled]):
         """
         name = type(self).__name__
         state = self._check_kind(state)
+        self._check_prefetch_state(state)
         plans: list[Plan] = [self._plan_batch_size(state)]
         storage = self._storage
         saved = state.get("storage")

@@ -98,10 +98,13 @@ DIFF_IMPLICIT_DELAYED_INIT = _differs(
     "it); the test also reads TorchRL's private _init_storage / _init_sampler / _init_writer",
     AssertionError,
 )
-DIFF_PRIVATE_PREFETCH = _differs(
-    "TorchRL's private attributes: its prefetch internals (rb._prefetch_queue of futures, "
-    "rb._futures_lock) do not exist; mixreplay's prefetch queue is its own (mixreplay.prefetch)",
-    (AttributeError, AssertionError),
+DIFF_PREFETCH_STATE = _differs(
+    "a prefetching buffer's state holds no queued batches: a checkpoint undoes the draws not "
+    "handed out (state['_prefetch_state'] holds only the saved prefetch depth, no 'queue'), so "
+    "a state loads into a buffer of any prefetch depth (no capacity check) and a loaded or "
+    "unpickled buffer draws them again from its first sample (rb._prefetch_queue is empty "
+    "until then); and a ListStorage stores items detached, so no batch requires grad",
+    (KeyError, IndexError, _FAILED),
 )
 DIFF_SHARED_DEVICE = _differs(
     "shared=True / shared_init=True need the rows in host memory: a storage on another device "
@@ -229,8 +232,8 @@ __all__ = [
     "DIFF_LOADS_UNINIT",
     "DIFF_MAX_CAPACITY",
     "DIFF_NON_TENSOR",
+    "DIFF_PREFETCH_STATE",
     "DIFF_PRIVATE",
-    "DIFF_PRIVATE_PREFETCH",
     "DIFF_PYTREE_STATE",
     "DIFF_RAGGED",
     "DIFF_SCRATCH_SHARED",

@@ -1217,7 +1217,6 @@ def test_replay_buffer_iter(size, drop_last):
         assert i == (size - 1) // 3
 
 
-@DIFF_PRIVATE_PREFETCH
 def test_replay_buffer_prefetch_queue_length():
     """Test that the prefetch queue maintains the correct length.
 
@@ -1332,7 +1331,6 @@ def test_replay_buffer_prefetch_state_dict_roundtrip():
         )
 
 
-@DIFF_PRIVATE_PREFETCH
 def test_replay_buffer_prefetch_state_dict_waits_for_in_flight_samples():
     source, collate = _make_replay_buffer_with_blocked_prefetch()
     operation_started = threading.Event()
@@ -1357,7 +1355,6 @@ def test_replay_buffer_prefetch_state_dict_waits_for_in_flight_samples():
         )
 
 
-@DIFF_PRIVATE_PREFETCH
 def test_replay_buffer_load_state_dict_waits_for_in_flight_samples():
     source = _make_prefetch_replay_buffer()
     source.sample()
@@ -1384,7 +1381,6 @@ def test_replay_buffer_load_state_dict_waits_for_in_flight_samples():
         )
 
 
-@DIFF_PRIVATE_PREFETCH
 def test_replay_buffer_prefetch_state_dict_legacy():
     source = _make_prefetch_replay_buffer()
     source.sample()
@@ -1399,7 +1395,7 @@ def test_replay_buffer_prefetch_state_dict_legacy():
     assert not restored._prefetch_queue
 
 
-@DIFF_PRIVATE_PREFETCH
+@DIFF_PREFETCH_STATE
 def test_replay_buffer_prefetch_state_dict_capacity_mismatch():
     source = _make_prefetch_replay_buffer(prefetch=2)
     source.sample()
@@ -1412,7 +1408,7 @@ def test_replay_buffer_prefetch_state_dict_capacity_mismatch():
     assert tuple(restored._prefetch_queue) == queue_before_load
 
 
-@DIFF_PRIVATE_PREFETCH
+@DIFF_PREFETCH_STATE
 def test_replay_buffer_prefetch_state_dict_does_not_alias_queue():
     source = _make_prefetch_replay_buffer()
     source.sample()
@@ -1455,7 +1451,7 @@ def test_replay_buffer_prefetch_pickle_roundtrip():
 
 @pytest.mark.parametrize("checkpoint", ["state_dict", "pickle"])
 @pytest.mark.parametrize("tensordict", [False, True])
-@DIFF_PRIVATE_PREFETCH
+@DIFF_PREFETCH_STATE
 def test_replay_buffer_prefetch_autograd_roundtrip(checkpoint, tensordict):
     replay_buffer_cls = TensorDictReplayBuffer if tensordict else ReplayBuffer
 
@@ -1497,7 +1493,6 @@ def test_replay_buffer_prefetch_autograd_roundtrip(checkpoint, tensordict):
         assert torch.equal(expected_info["index"], actual_info["index"])
 
 
-@DIFF_PRIVATE_PREFETCH
 def test_replay_buffer_prefetch_without_replacement_roundtrip():
     source = _make_prefetch_replay_buffer(
         size=10,

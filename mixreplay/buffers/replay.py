@@ -760,7 +760,13 @@ class ReplayBuffer(BufferBase[Sampled]):
                     f"{type(self).__name__} holds no rows yet: an in-place write replaces rows "
                     "that are held; write new rows with extend()"
                 )
-            slots = as_index(index, n, torch.device("cpu"))
+            try:
+                slots = as_index(index, n, torch.device("cpu"))
+            except IndexError as err:
+                raise IndexError(
+                    f"{err}; an in-place write replaces rows that are held: write new rows "
+                    "with extend()"
+                ) from None
             one = isinstance(index, int) or (isinstance(index, torch.Tensor) and index.ndim == 0)
             return slots[0] if one else slots
         grid_slots = storage.grid_slots  # type: ignore[attr-defined]

@@ -48,6 +48,13 @@ def check_whole(batch: TensorDict) -> None:
     assert torch.equal(batch["next", "obs"], f + 0.5), "a torn row"
 
 
+def check_slots(ids: torch.Tensor, slots: torch.Tensor) -> None:
+    """Each row in the slot its id says (extend's ids: ``id % 64``; rewritten ones:
+    ``-(1 + slot + 64 k)``)."""
+    said = torch.where(ids >= 0, ids % 64, (-ids - 1) % 64)
+    assert torch.equal(said, slots), "a row read from another slot than the one drawn"
+
+
 def storages(tmp_path):
     return {
         "memory": LazyTensorStorage(40),
@@ -371,7 +378,6 @@ def test_a_writer_thread_and_an_in_place_writer_never_tear_a_row(new_key, eager_
     rb = ReplayBuffer(storage=LazyTensorStorage(64), generator=0)
     rb.extend(id_rows(torch.arange(64)))
     errors: list[BaseException] = []
-    stop = threading.Event()
 
     def extend() -> None:
         try:
@@ -392,7 +398,8 @@ def test_a_writer_thread_and_an_in_place_writer_never_tear_a_row(new_key, eager_
         try:
             for i in range(400):
                 slots = torch.randint(0, 64, (5,), generator=g)
-                rows = id_rows(-1 - torch.arange(5) - 10 * i)
+                # an id that says its slot: -(1 + slot + 64 k), as extend's say theirs (id % 64)
+                rows = id_rows(-1 - slots - 64 * i)
                 if new_key and i == 200:
                     rows["extra"] = torch.ones(5)
                 rb[slots] = rows
@@ -403,8 +410,10 @@ def test_a_writer_thread_and_an_in_place_writer_never_tear_a_row(new_key, eager_
     for t in threads:
         t.start()
     try:
-        while any(t.is_alive() for t in threads) and not stop.is_set():
-            check_whole(rb.sample(32))
+        while any(t.is_alive() for t in threads):
+            batch, info = rb.sample(5, return_info=True)  # the rewriter's gather size too
+            check_whole(batch)
+            check_slots(batch["id"], info["index"])
             check_whole(rb[:])
     finally:
         for t in threads:

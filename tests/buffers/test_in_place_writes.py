@@ -422,3 +422,84 @@ def test_a_writer_thread_and_an_in_place_writer_never_tear_a_row(new_key, eager_
     assert not errors, errors
     check_whole(rb[:])
     assert rb.write_count == 64 + len(range(64, 3000, 7)) * 7
+
+
+def _tensor_rows_buffer() -> ReplayBuffer:
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend(torch.zeros(4, 2))  # rows of tensors: the storage's fields are fixed
+    return rb
+
+
+def _items_buffer() -> ReplayBuffer:
+    rb = ReplayBuffer(storage=ListStorage(10), collate_fn=list)
+    rb.extend(["a", "b"])
+    return rb
+
+
+def _td_buffer(n: int = 4) -> ReplayBuffer:
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    if n:
+        rb.extend(TensorDict({"a": torch.zeros(n)}, [n]))
+    return rb
+
+
+def _emptying_transform_buffer() -> ReplayBuffer:
+    rb = _td_buffer()
+    rb.append_transform(lambda td: td[:0], invert=True)
+    return rb
+
+
+def snapshot(rb: ReplayBuffer):
+    """The rows held, comparable with ``==`` (a copy)."""
+    if len(rb) == 0:
+        return None
+    rows = rb[:]
+    if isinstance(rows, list):
+        return list(rows)
+    if isinstance(rows, torch.Tensor):
+        return rows.tolist()
+    return {k: v.tolist() for k, v in rows.items(include_nested=True, leaves_only=True)}
+
+
+ROW = TensorDict({"a": torch.ones(1)}, [1])
+
+
+@pytest.mark.parametrize(
+    "make, call, error, match",
+    [
+        (_td_buffer, lambda rb: rb.storage.rewrite(torch.tensor([0]), torch.ones(1)), TypeError,
+         "takes a TensorDict of rows"),
+        (_td_buffer, lambda rb: rb.storage.rewrite(torch.tensor([0, 1]), ROW), ValueError,
+         "got 1 rows for 2 slots"),
+        (_td_buffer, lambda rb: rb.storage.rewrite(torch.tensor([4]), ROW), IndexError,
+         "slot 4 holds no row.*extend"),
+        (lambda: _td_buffer(0), lambda rb: rb.__setitem__(0, ROW[0]), IndexError,
+         "holds no rows yet.*extend"),
+        (lambda: _td_buffer(0), lambda rb: rb.storage.rewrite(torch.tensor([0]), ROW), IndexError,
+         "holds no rows yet.*extend"),
+        (_td_buffer, lambda rb: rb.__setitem__((0, 1), ROW), IndexError, "takes one index"),
+        (_tensor_rows_buffer,
+         lambda rb: rb.storage.rewrite(torch.tensor([0]), TensorDict({"z": torch.ones(1)}, [1])),
+         SchemaMismatchError, "adds the key.*'z'.*whose fields are fixed"),
+        (_items_buffer, lambda rb: rb.__setitem__([1, 5], ["x", "y"]), IndexError,
+         "row index 5 is out of range"),
+        (_items_buffer, lambda rb: rb.storage.rewrite(torch.tensor([1, 5]), ["x", "y"]),
+         IndexError, "slot 5 holds no item"),
+        (_items_buffer, lambda rb: rb.storage.rewrite(torch.tensor([1]), ["x", "y"]), ValueError,
+         "2 items for 1 slots"),
+        (_items_buffer, lambda rb: rb.set_("a", torch.ones(2)), TypeError,
+         "holds items: write whole rows with rb"),
+        (_emptying_transform_buffer, lambda rb: rb.__setitem__(0, ROW[0]), ValueError,
+         "write-side transforms left nothing"),
+    ],
+    ids=[
+        "not-rows", "count", "slot", "empty", "empty-storage", "tuple", "fixed-fields",
+        "items-slot", "items-storage-slot", "items-count", "items-keys", "transforms-empty",
+    ],
+)  # fmt: skip
+def test_each_refusal_names_the_way_and_changes_nothing(make, call, error, match):
+    rb = make()
+    before = (snapshot(rb), rb.storage.revision, rb.storage.rewrites)
+    with pytest.raises(error, match=match):
+        call(rb)
+    assert (snapshot(rb), rb.storage.revision, rb.storage.rewrites) == before

@@ -87,9 +87,6 @@ class FrozenStorage(PackedStorage):
             "(ReplayBuffer(storage=LazyTensorStorage(n)).extend(storage[:])) and rewrite that"
         )
 
-    def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
-        self.rewrite(torch.empty(0, dtype=torch.int64), data)
-
     # -- state: a reference, never the rows ------------------------------------------------
 
     def state_dict(self, *, copy: bool = True) -> dict[str, Any]:

@@ -740,7 +740,7 @@ class TensorStorage(RingCounters, PackedStorage):
             ]
             target = layout
             if added:
-                self._check_new_keys(added, data)
+                self._check_new_keys(added)
                 for key in added:
                     check_dense(key, data.get(key))
                     current.set(key, data.get(key))
@@ -766,7 +766,7 @@ class TensorStorage(RingCounters, PackedStorage):
         these rows by their packed layout, which must stay as it is."""
         self._keys_fixed = True
 
-    def _check_new_keys(self, added: list[Any], data: TensorDictBase) -> None:
+    def _check_new_keys(self, added: list[Any]) -> None:
         """Refuse keys ``added`` by an in-place write where the layout cannot grow."""
         why = None
         if self.shared:

@@ -344,6 +344,11 @@ class Storage(Locked, abc.ABC):
         width = self.width or 1
         return ((self.cursor - width) % self.max_size) // width
 
+    @property
+    def _is_full(self) -> bool:
+        # TorchRL's name: every slot holds a row (its boundary utilities read it)
+        return len(self) >= self.max_size
+
     def content_key(self) -> tuple[int, int, int, int]:
         """Changes whenever the rows' contents may have: ``(generation, rewrites,
         write_count, len)`` (what a cache of anything derived from them compares)."""

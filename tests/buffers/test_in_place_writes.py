@@ -168,8 +168,12 @@ def test_a_grid_is_written_by_the_dims_of_the_data_as_extended_with_broadcasting
     rb = ReplayBuffer(storage=LazyTensorStorage(40, ndim=2))  # dim_extend=1: [envs, steps]
     data = TensorDict({"a": torch.arange(20).view(2, 10)}, [2, 10])
     rb.extend(data)
+    rb[0] = TensorDict({"a": torch.arange(10) + 50}, [10])  # env 0, as rb[0] reads it
+    rb[1:2] = TensorDict({"a": torch.arange(10).view(1, 10) + 70}, [1, 10])
     rb[1, 2:4] = TensorDict({"a": torch.tensor([-1, -2])}, [2])
     rb[:, 8] = TensorDict({"a": torch.tensor(-9)}, [])  # broadcast over both envs
+    data["a"][0] = torch.arange(10) + 50
+    data["a"][1:2] = torch.arange(10).view(1, 10) + 70
     data["a"][1, 2:4] = torch.tensor([-1, -2])
     data["a"][:, 8] = -9
     assert torch.equal(rb[:]["a"], data["a"])

@@ -114,9 +114,9 @@ def check_storage_args(owner: str, kwargs: dict) -> None:
 
 
 _SERVICE = "mixreplay has no replay service of its own; host the buffer in a Ray actor with mixreplay.distributed"
-_IMMUTABLE = (
-    "rows are written only by extend/add; to change stored rows, build them anew and "
-    "extend a fresh buffer"
+_CONDITIONAL = (
+    "mixreplay does not track row generations; write stored rows in place with "
+    "rb[index] = ..., rb.set_at_(key, value, index) or rb.update_(td)"
 )
 
 #: TorchRL ReplayBuffer methods and attributes mixreplay lacks -> the mixreplay way
@@ -133,12 +133,8 @@ UNSUPPORTED_METHODS: dict[str, str] = {
     "set_writer": "build a new buffer",
     "set_sampler": "build a new buffer with the sampler",
     "can_sample": "check len(rb) > 0 (or rb.available() for slices) before sampling",
-    "submit_update_if_present": _IMMUTABLE,
-    "update_if_present": _IMMUTABLE,
-    "set_at_": _IMMUTABLE,
-    "set_": _IMMUTABLE,
-    "update_": _IMMUTABLE,
-    "write_all": _IMMUTABLE,
+    "submit_update_if_present": _CONDITIONAL,
+    "update_if_present": _CONDITIONAL,
     "register_save_hook": "checkpoints have no hooks; post-process after rb.loads(path)",
     "register_load_hook": "checkpoints have no hooks; post-process after rb.loads(path)",
     "query": "filter trajectories from rb.storage.to_tensordict() (or use SliceSampler for slices)",

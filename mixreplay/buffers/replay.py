@@ -23,11 +23,18 @@ from mixreplay._torchrl_args import UNSUPPORTED_METHODS, check_unsupported, unsu
 from mixreplay._validate import check_bool, check_callable, describe
 from mixreplay.buffers.base import BufferBase, _new_buffer, check_batch_size, make_generator
 from mixreplay.buffers.writer import RingWriter
-from mixreplay.errors import CheckpointError, EmptyBufferError, MissingBatchSizeError
+from mixreplay.errors import (
+    CheckpointError,
+    EmptyBufferError,
+    MissingBatchSizeError,
+    ReadOnlyError,
+    SchemaMismatchError,
+)
 from mixreplay.layout import new_tensordict
 from mixreplay.rate_limit import check_timeout, make_gate, write_limited
 from mixreplay.samplers import RandomSampler, Sampler
-from mixreplay.storages.base import Storage
+from mixreplay.schema import format_key, normalize_key
+from mixreplay.storages.base import Storage, as_index
 from mixreplay.storages.foreign import adapt_storage, looks_like_storage
 from mixreplay.storages.ring import LazyTensorStorage, grid_rows, leading_dims
 from mixreplay.storages.shared import is_shared, share_ring
@@ -131,6 +138,17 @@ def _check_dim_extend(owner: str, dim_extend: Any, ndim: int) -> int:
             "(data [n, width]) or 1 (data [width, n], a collector's [n_envs, T] batch)"
         )
     return dim_extend
+
+
+def _grid_index(index: Any) -> Any:
+    """``index`` as torch indexes a tensor of slots (lists and ranges as tensors)."""
+    if isinstance(index, range):
+        return torch.arange(index.start, index.stop, index.step)
+    if isinstance(index, list):
+        return torch.as_tensor(index)
+    if isinstance(index, tuple):
+        return tuple(_grid_index(i) for i in index)
+    return index
 
 
 def _transpose(data: Any, dim: int) -> Any:
@@ -627,8 +645,253 @@ class ReplayBuffer(BufferBase[Sampled]):
         return out
 
     def read_all_in_order(self, end: int | None = None) -> TensorDictBase:
-        """The rows in slot order, ``rb[:end]`` (TorchRL's name)."""
+        """The rows in slot order, ``rb[:end]`` (TorchRL's name); :meth:`write_all` writes
+        them back."""
         return self[:end]
+
+    # -- in-place writes -------------------------------------------------------------------
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """Overwrite stored rows in place (TorchRL's ``rb[index] = value``).
+
+        ``index`` as :meth:`__getitem__` takes it: an int, a slice, a list, a tensor of slots
+        or a boolean mask over the rows held; for an ``ndim=2`` storage, ``rb[env, steps]``
+        by the dims of the data as extended (``value`` is broadcast to the elements named).
+        ``rb["key"] = value`` is :meth:`set_`. The write-side transforms run first, as on
+        :meth:`extend`. ``value`` may hold some of the stored keys (the others keep their
+        values) or, for TensorDict rows in a ring of this process, keys the rows lack: every
+        row then gets them, zero where not written.
+
+        The rows stay where they are: ``len``, the writer's cursor, ``write_count`` and the
+        priorities are unchanged; what a sampler derives from the rows (a slice sampler's
+        trajectories) follows the new contents. Batches drawn ahead (``prefetch``) are undone
+        first, so the next batches are those a buffer without prefetching gives.
+
+        Raises (and nothing changes): ``IndexError`` for a slot that holds no row,
+        :class:`~mixreplay.errors.SchemaMismatchError` for a dtype or per-row shape that
+        differs from the stored one (or a key that cannot be added),
+        :class:`~mixreplay.errors.ReadOnlyError` for read-only (offline) rows.
+        """
+        if isinstance(index, str) or (
+            isinstance(index, tuple) and index and all(isinstance(i, str) for i in index)
+        ):
+            self.set_(index, value)
+            return
+        if isinstance(index, tuple) and len(index) == 1:
+            index = index[0]
+        self._check_writable("rb[index] = ...")
+        slots = self._slots_of(index, self._dim_extend)
+        value = self._write_value(value, slots.shape)
+        self._rewrite(slots.reshape(-1), value)
+
+    def write_all(self, data: Any, end: int | None = None) -> None:
+        """Write rows back in slot order (TorchRL's): ``rb[:end] = data``; without ``end``,
+        every row when the storage is full, else the first ``len(data)``."""
+        if end is None:
+            if len(self) == self._storage.max_size:
+                self[:] = data
+                return
+            end = int(data.shape[0]) if data_types.is_collection(data) else len(data)
+        self[:end] = data
+
+    def set_at_(self, key: Any, value: Any, index: Any) -> ReplayBuffer:
+        """Write ``value`` into the stored ``key`` of the rows at ``index``, in place
+        (TorchRL's; ``index`` into the storage's rows, or its ``[steps, width]`` grid).
+
+        No transform runs (as TorchRL's); ``key`` must be stored (``KeyError`` otherwise:
+        ``rb[index] = td`` adds keys), ``value`` of its dtype, ``[*index, *shape]`` or
+        broadcastable to it. Returns the buffer.
+        """
+        self._check_writable("set_at_")
+        slots = self._slots_of(index, 0)
+        self._rewrite(slots.reshape(-1), self._column_rows(key, value, slots.shape, "set_at_"))
+        return self
+
+    def set_(self, key: Any, value: Any) -> ReplayBuffer:
+        """Write ``value`` into the stored ``key`` of every row held, in place (TorchRL's);
+        see :meth:`set_at_`. Returns the buffer."""
+        self._check_writable("set_")
+        slots = self._slots_of(slice(None), 0)
+        self._rewrite(slots.reshape(-1), self._column_rows(key, value, slots.shape, "set_"))
+        return self
+
+    def update_(
+        self, input_dict_or_td: Any, clone: bool = False, *, keys_to_update: Any = None
+    ) -> ReplayBuffer:
+        """Write the entries of ``input_dict_or_td`` (one value per row held) into the
+        stored keys of every row, in place (TorchRL's); ``keys_to_update`` writes only those.
+        Every key must be stored (``KeyError`` otherwise). Values are always copied, so
+        ``clone`` changes nothing. Returns the buffer."""
+        self._check_writable("update_")
+        slots = self._slots_of(slice(None), 0)
+        data = input_dict_or_td
+        if not isinstance(data, TensorDictBase):
+            data = TensorDict(dict(data), batch_size=slots.shape)
+        if keys_to_update is not None:
+            data = data.select(*keys_to_update)
+        self._check_stored_keys(list(data.keys(True, True)), "update_")
+        self._rewrite(slots.reshape(-1), self._broadcast(data, slots.shape))
+        return self
+
+    def _check_writable(self, what: str) -> None:
+        storage = self._storage
+        if not storage.writable:
+            raise ReadOnlyError(
+                f"{what}: {type(self).__name__} holds read-only (offline) rows "
+                f"({type(storage).__name__}), which are never written in place; copy them into "
+                "a buffer over a LazyTensorStorage first, or write online rows to the mixing "
+                "buffer's online_buffer"
+            )
+
+    def _slots_of(self, index: Any, swap: int) -> torch.Tensor:
+        """The slots of the rows at ``index``, shaped as the rows named (``[]`` for one): the
+        rows held, or an ``ndim=2`` grid's elements by the dims of the data as extended (dim
+        ``swap`` first: ``dim_extend`` for ``rb[index]``, 0 for the storage's own dims)."""
+        storage = self._storage
+        n = len(storage)
+        if storage.ndim == 1:
+            if isinstance(index, tuple):
+                raise IndexError(
+                    f"a storage of rows takes one index (an int, slice or tensor of slots), got "
+                    f"the tuple {index!r}"
+                )
+            if n == 0:
+                raise IndexError(
+                    f"{type(self).__name__} holds no rows yet: an in-place write replaces rows "
+                    "that are held; write new rows with extend()"
+                )
+            try:
+                slots = as_index(index, n, torch.device("cpu"))
+            except IndexError as err:
+                raise IndexError(
+                    f"{err}; an in-place write replaces rows that are held: write new rows "
+                    "with extend()"
+                ) from None
+            one = isinstance(index, int) or (isinstance(index, torch.Tensor) and index.ndim == 0)
+            return slots[0] if one else slots
+        grid_slots = storage.grid_slots  # type: ignore[attr-defined]
+        if isinstance(index, tuple):  # by the dims of the data as extended
+            full = grid_slots((slice(None), slice(None)))
+            view = full.transpose(swap, 0) if swap else full
+            return view[_grid_index(index)].cpu()
+        slots = grid_slots((slice(None),) * swap + (index,))
+        if swap and slots.dim() > swap:
+            slots = slots.transpose(swap, 0)
+        return slots.cpu()
+
+    def _write_value(self, value: Any, shape: torch.Size) -> Any:
+        """``value`` for the rows of ``shape`` as the storage writes them: after the write-side
+        transforms, in the stored type, broadcast and flattened to ``[k]`` rows."""
+        storage = self._storage
+        one = len(shape) == 0
+        if one and (data_types.is_collection(value) or isinstance(value, torch.Tensor)):
+            value = data_types.one_row(value)
+            shape = torch.Size([1])
+        elif one and not storage.holds_items:
+            value = data_types.one_row(value)
+            shape = torch.Size([1])
+        elif one:
+            value, shape = [value], torch.Size([1])
+        if self._transform.writes:
+            value = self._transform.inv(value)
+            if _no_rows(value):
+                raise ValueError(
+                    "the write-side transforms left nothing to write in place; an in-place write "
+                    "replaces rows, so they must return one row per slot"
+                )
+        if storage.holds_items:
+            return value
+        if data_types.is_collection(value):
+            value = self._stored_part(value)
+        value = self._broadcast(value, shape)
+        rows, _ = data_types.to_rows(value, storage.codec, False)
+        return rows
+
+    def _broadcast(self, value: Any, shape: torch.Size) -> Any:
+        """``value`` (a TensorDict, tensorclass, tensor or pytree of tensors whose leading
+        dims broadcast to ``shape``) as ``[shape.numel()]`` rows."""
+        k = shape.numel()
+        if data_types.is_collection(value):
+            if value.batch_size != shape:
+                try:
+                    value = value.expand(shape)
+                except RuntimeError:
+                    raise ValueError(
+                        f"the value written has batch_size={list(value.batch_size)}, which does "
+                        f"not broadcast to the {list(shape)} rows named by the index; give one "
+                        "row per slot"
+                    ) from None
+            return value.reshape(k)
+
+        def flat(x: Any) -> Any:
+            if not isinstance(x, torch.Tensor):
+                return x
+            lead = len(shape)
+            if tuple(x.shape[:lead]) != tuple(shape):
+                raise ValueError(
+                    f"the value written has leading shape {list(x.shape[:lead])}, not the "
+                    f"{list(shape)} rows named by the index; give one row per slot"
+                )
+            return x.reshape(k, *x.shape[lead:])
+
+        return pytree.tree_map(flat, value)
+
+    def _stored_part(self, data: Any) -> Any:
+        """What of a collection written in place is stored (TensorDictReplayBuffer leaves
+        out its bookkeeping entries)."""
+        return data
+
+    def _check_stored_keys(self, keys: list[Any], what: str) -> None:
+        storage = self._storage
+        schema = storage.schema
+        codec = storage.codec
+        if storage.holds_items or codec is not None:
+            held_kind = "items" if codec is None else codec.describe()
+            raise TypeError(
+                f"{what} writes keys of TensorDict rows, and {type(storage).__name__} holds "
+                f"{held_kind}: write whole rows with rb[index] = ..."
+            )
+        held = set() if schema is None else set(schema.keys())
+        missing = [k for k in keys if normalize_key(k) not in held]
+        if missing:
+            known = "" if schema is None else ", ".join(format_key(f.key) for f in schema.fields)
+            raise KeyError(
+                f"key {format_key(normalize_key(missing[0]))} not found in the stored rows with "
+                f"keys [{known}]; {what} writes stored keys only: rb[index] = td adds keys"
+            )
+
+    def _column_rows(self, key: Any, value: Any, shape: torch.Size, what: str) -> TensorDict:
+        """``value`` for the stored ``key`` of the rows of ``shape``, as ``[k]`` rows."""
+        self._check_stored_keys([key], what)
+        schema = self._storage.schema
+        assert schema is not None
+        field = schema[normalize_key(key)]
+        value = torch.as_tensor(value, device=self._storage.device)
+        want = (*shape, *field.shape)
+        if tuple(value.shape) != want:
+            try:
+                value = value.expand(want)
+            except RuntimeError:
+                raise SchemaMismatchError(
+                    f"{what}: the value for {format_key(field.key)} has shape "
+                    f"{list(value.shape)}, which does not broadcast to {list(want)} (the rows "
+                    f"named, {list(shape)}, of {field.describe()}); write a value of that shape"
+                ) from None
+        k = shape.numel()
+        return TensorDict({field.key: value.reshape(k, *field.shape)}, batch_size=[k])
+
+    def _rewrite(self, slots: torch.Tensor, rows: Any) -> None:
+        """Replace the rows in ``slots`` with ``rows`` in place; batches drawn ahead (this
+        buffer's and its readers') are undone first, and nothing is drawn ahead meanwhile
+        (the lock order of :mod:`mixreplay.buffers.base`: the pause, then the storage lock)."""
+        storage = self._storage
+        with self._paused(), storage.lock:
+            storage.rewrite(slots, rows)
+
+    def keep_keys(self) -> None:
+        """Refuse in-place writes that add keys from now on: a reader (a mixing buffer)
+        gathers these rows by their packed layout."""
+        self._storage.keep_keys()
 
     def next(self):
         """The next batch of an iteration kept by the buffer; ``None`` once an epoch ends (TorchRL's ``next``)."""

@@ -316,6 +316,10 @@ class TensorDictReplayBuffer(ReplayBuffer):
             self.update_priority(torch.tensor([index]), priority.reshape(1))
         return index
 
+    def _stored_part(self, data: Any) -> Any:
+        # a sampled batch written back in place carries "index": not a stored key
+        return self._without_bookkeeping(data) if isinstance(data, TensorDictBase) else data
+
     def _without_bookkeeping(self, data: TensorDictBase) -> TensorDictBase:
         """``data`` without the entries this buffer sets (``"index"``, ``"priority_weight"``)
         that the stored rows lack: a TensorDict extended twice, or a sampled batch written back,

@@ -620,6 +620,18 @@ class MixingBuffer(BufferBase[MixedDraw]):
     def __len__(self) -> int:
         return sum(len(s) for s in self._sources)
 
+    #: where a row of this buffer is written in place (the subclasses name their way)
+    _in_place_way = "write through the buffer of a writable source"
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """Refused: a mixing buffer holds no rows of its own, and its offline rows are
+        read-only; rows are rewritten in place through the online buffer that holds them."""
+        raise TypeError(
+            f"{type(self).__name__} mixes its sources' rows and holds none of its own, so "
+            f"rb[{index!r}] = ... names no row; {self._in_place_way} (offline data is "
+            "read-only)"
+        )
+
     @property
     def write_count(self) -> int:
         """Rows written through :meth:`extend` since creation (TorchRL's ``write_count``)."""

@@ -95,6 +95,8 @@ class MixtureReplayBuffer(MixingBuffer):
         [0, 0, 0, 0, 0, 1, 1, 1, 2, 2]
     """
 
+    _in_place_way = "write a source's rows in place with rb.source(name)[index] = ..."
+
     def __init__(
         self,
         sources: Mapping[str, Any],

@@ -112,6 +112,8 @@ class OfflineToOnlineReplayBuffer(MixingBuffer):
         [8, 24]
     """
 
+    _in_place_way = "write online rows in place with rb.online_buffer[index] = ..."
+
     def __init__(
         self,
         offline_dataset: Any,

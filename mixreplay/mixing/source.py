@@ -293,6 +293,7 @@ class BufferSource(MixSource):
                 "(TensorDict.from_dict(...), or the tensorclass's ._tensordict)"
             )
         self.buffer = buffer
+        buffer.keep_keys()  # its rows are gathered by their packed layout: no key added in place
         # a buffer's sampler, storage and transform chain are its own for life
         self._sampler = buffer.sampler
         self._storage = buffer.storage

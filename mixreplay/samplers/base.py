@@ -24,10 +24,12 @@ class Sampler:
     :meth:`attach` once, :meth:`on_extend` after each write and :meth:`sample`
     for each batch, always holding the storage's ``lock``. Of the storage a
     sampler reads only ``len()``, ``max_size``, ``cursor``, ``write_count``,
-    ``generation`` and ``device`` (and the rows, through ``column``); any state
-    it derives from the rows is keyed on ``(generation, write_count)``, so a
-    restore of the rows (which changes ``generation``) or a write it was not told
-    about is always noticed.
+    ``generation``, ``rewrites`` and ``device`` (and the rows, through ``column``);
+    any state it derives from the rows' contents is keyed on ``(generation, rewrites,
+    write_count)``, so a restore of the rows (which changes ``generation``), an
+    in-place write (``rewrites``) or a write it was not told about is always noticed.
+    What it keeps per slot (priorities, an epoch's order) follows ``generation`` and
+    ``write_count`` only: an in-place write keeps it.
 
     The draw contract (what a buffer, or a mixing engine drawing one source's
     share, may rely on): ``sample(storage, n, generator)`` returns a 1-D int64

@@ -868,7 +868,7 @@ class _Columns:
 
     def sync(self) -> None:
         s = self.storage
-        key = (s.generation, s.write_count, len(s), s.cursor, s.max_size)
+        key = (s.generation, s.rewrites, s.write_count, len(s), s.cursor, s.max_size)
         if key == self._key:
             return
         self._key = key
@@ -897,6 +897,10 @@ class _Columns:
         return self.storage.write_count
 
     @property
+    def rewrites(self) -> int:
+        return 0  # an in-place write of the storage moves self.generation (see sync)
+
+    @property
     def schema(self) -> Any:
         return self.storage.schema
 
@@ -913,15 +917,16 @@ class _SliceIndex:
     ``cut`` among ``s .. s + L - 2``, so the rows ``s .. s + L - 1`` are one run of
     one episode; that is exactly a valid start, the write cursor included.
 
-    The index follows the storage by ``(id, generation, write_count)``: a write of
-    ``k`` rows since the last look updates ``O(k + L)`` entries, anything else
-    (a restore, an emptied ring, another storage) rebuilds it.
+    The index follows the storage by ``(id, generation, rewrites, write_count)``: a write
+    of ``k`` rows since the last look updates ``O(k + L)`` entries, anything else
+    (a restore, an emptied ring, an in-place write, another storage) rebuilds it.
     """
 
     def __init__(self, sampler: SliceSampler, L: int):
         self.sampler = sampler
         self.L = L
-        self.key: tuple[int, int] | None = None  # (id, generation) of the storage indexed
+        # (id, generation, rewrites) of the storage indexed
+        self.key: tuple[int, int, int] | None = None
         self.written = 0  # its write_count then
         self.n = 0  # its length then
         self.cursor = 0  # its cursor then
@@ -945,7 +950,9 @@ class _SliceIndex:
 
     def sync(self, storage: Storage) -> None:
         written = storage.write_count
-        if self.key == (id(storage), storage.generation) and self.cap == storage.max_size:
+        if self.key == (id(storage), storage.generation, storage.rewrites) and (
+            self.cap == storage.max_size
+        ):
             if written == self.written:
                 return
             k = written - self.written
@@ -1101,7 +1108,7 @@ class _SliceIndex:
         return out
 
     def _seen(self, storage: Storage) -> None:
-        self.key = (id(storage), storage.generation)
+        self.key = (id(storage), storage.generation, storage.rewrites)
         self.written, self.n, self.cursor = storage.write_count, len(storage), storage.cursor
 
     # -- drawing ---------------------------------------------------------------------------

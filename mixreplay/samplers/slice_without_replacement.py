@@ -97,9 +97,13 @@ class SliceSamplerWithoutReplacement(
                 f"{m} episodes are long enough: no batch could be returned without repeating an "
                 f"episode; ask for at most {m} slices, or use drop_last=False"
             )
-        pick = self._next(m, (storage.generation, storage.write_count), k, generator)
+        pick = self._next(
+            m, (storage.generation, storage.rewrites, storage.write_count), k, generator
+        )
         if pick.numel() == 0:  # drop_last dropped the epoch's rest: the next epoch's first
-            pick = self._next(m, (storage.generation, storage.write_count), k, generator)
+            pick = self._next(
+                m, (storage.generation, storage.rewrites, storage.write_count), k, generator
+            )
         if pick.numel() == 0:
             raise EmptyBufferError("cannot sample: no episode is long enough for a slice")
         return pick

@@ -16,8 +16,15 @@ A storage holds rows in slots ``0 .. max_size - 1``. Writes and reads take its
 re-entrant :attr:`~Storage.lock`, so a collector thread may ``extend`` while a
 learner samples: a reader never sees a half-written row. Samplers rely on
 ``len``, :attr:`~Storage.max_size`, :attr:`~Storage.cursor`,
-:attr:`~Storage.write_count`, :attr:`~Storage.generation` and
-:attr:`~Storage.device`, nothing else.
+:attr:`~Storage.write_count`, :attr:`~Storage.generation`,
+:attr:`~Storage.rewrites` and :attr:`~Storage.device`, nothing else.
+
+Rows change three ways, each told by its own counter: written at the cursor (``extend``:
+:attr:`~Storage.write_count`), replaced or forgotten as a whole (a restore, ``empty``,
+``set``: :attr:`~Storage.generation`), or rewritten in place where they are
+(:meth:`~Storage.rewrite`, ``storage[i] = ...``: :attr:`~Storage.rewrites`; slots,
+length, cursor and the samplers' priorities stay). :attr:`~Storage.revision` moves with
+every one of them (TorchRL's ``_mutation_revision``).
 """
 
 from __future__ import annotations
@@ -245,9 +252,15 @@ class Storage(Locked, abc.ABC):
         if "config_name" not in cls.__dict__:
             cls.config_name = cls.__name__
 
+    #: in-place writes and every write: see :attr:`rewrites` and :attr:`revision`
+    _rewrites: int = 0
+    _revision: int = 0
+
     def __init__(self) -> None:
         super().__init__()
         self._generation = 0
+        self._rewrites = 0
+        self._revision = 0
 
     @abc.abstractmethod
     def __len__(self) -> int:
@@ -290,6 +303,56 @@ class Storage(Locked, abc.ABC):
 
     def _bump_generation(self) -> None:
         self._generation += 1
+        self._revision += 1
+
+    @property
+    def rewrites(self) -> int:
+        """In-place writes since creation (:meth:`rewrite`): rows changed where they are.
+
+        What a sampler derives from the rows' contents (episode boundaries, valid slice
+        starts) is keyed on it too (:meth:`content_key`); what it keeps per slot
+        (priorities, an epoch's order) is not: an in-place write keeps them.
+        """
+        return self._rewrites
+
+    def _bump_rewrites(self) -> None:
+        self._rewrites += 1
+        self._revision += 1
+
+    @property
+    def revision(self) -> int:
+        """Writes since creation, one per call that changed rows: ``extend``/``add``, an
+        in-place write, a restore, ``empty`` (TorchRL's ``storage._mutation_revision``)."""
+        return self._revision
+
+    def _bump_revision(self) -> None:
+        """Count one ``extend`` (the rows it wrote are counted by :attr:`write_count`)."""
+        self._revision += 1
+
+    @property
+    def _mutation_revision(self) -> int:
+        # TorchRL's name for the same counter (its tests and samplers read it)
+        return self.revision
+
+    @property
+    def _last_cursor_index(self) -> int | None:
+        """The slot of the newest row written at the cursor (along dim 0: the step, for an
+        ``ndim=2`` grid), ``None`` when the storage holds none (TorchRL's name)."""
+        n = len(self)
+        if n == 0:
+            return None
+        width = self.width or 1
+        return ((self.cursor - width) % self.max_size) // width
+
+    @property
+    def _is_full(self) -> bool:
+        # TorchRL's name: every slot holds a row (its boundary utilities read it)
+        return len(self) >= self.max_size
+
+    def content_key(self) -> tuple[int, int, int, int]:
+        """Changes whenever the rows' contents may have: ``(generation, rewrites,
+        write_count, len)`` (what a cache of anything derived from them compares)."""
+        return (self.generation, self.rewrites, self.write_count, len(self))
 
     @abc.abstractmethod
     def extend(self, data: TensorDictBase) -> torch.Tensor:
@@ -347,6 +410,40 @@ class Storage(Locked, abc.ABC):
     def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
         """Write ``data`` at slots ``cursor`` (TorchRL's ``Storage.set``); see the rings."""
         raise TypeError(f"{type(self).__name__} does not support set(); write rows with extend()")
+
+    def rewrite(self, index: torch.Tensor, data: Any) -> None:
+        """Replace the rows in filled slots ``index`` (int64 ``[k]``) with ``data`` (``[k]``
+        rows), in place: length, cursor and write count stay, and so do the samplers'
+        per-slot state (priorities); :attr:`rewrites` moves. Checked whole first: a refused
+        write changes nothing. The rings and the storages of items implement it."""
+        raise TypeError(
+            f"{type(self).__name__} does not support in-place writes; write rows with extend()"
+        )
+
+    def keep_keys(self) -> None:
+        """Refuse in-place writes that add keys from now on (a reader relies on the rows'
+        layout); a storage whose keys never change that way has nothing to do."""
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """TorchRL's ``storage[index] = value``: rows replaced in place, the counters kept.
+
+        A TensorDict into a storage of TensorDict rows goes through :meth:`rewrite` (some or
+        new keys; held slots only); anything else through ``set(index, value,
+        set_cursor=False)``.
+        """
+        if (
+            self.packed
+            and self.ndim == 1
+            and self.codec is None
+            and isinstance(value, TensorDictBase)
+            and len(self)
+        ):
+            slots = as_index(index, len(self), self.device)
+            if value.batch_dims == 0:
+                value = value.unsqueeze(0).expand(slots.numel())
+            self.rewrite(slots, value)
+            return
+        self.set(index, value, set_cursor=False)
 
     @property
     def ndim(self) -> int:
@@ -611,7 +708,7 @@ class PackedStorage(Storage):
     packed: ClassVar[bool] = True
     _rows: torch.Tensor | None
     _layout: RowLayout | None
-    _fingerprint: tuple[tuple[int, int, int], str] | None = None
+    _fingerprint: tuple[tuple[int, int, int, int], str] | None = None
     # the layout and packed rows of the last host gather, kept for the next of its size
     _gather_scratch: tuple[RowLayout, PackedRows] | None = None
     # the ``device`` of the TensorDicts read: the storage's, or ``None`` for a storage that
@@ -621,7 +718,7 @@ class PackedStorage(Storage):
     @property
     def fingerprint(self) -> str:
         """A 128-bit BLAKE2b hash of the filled rows (computed once per content)."""
-        key = (self.generation, self.write_count, len(self))
+        key = self.content_key()
         cached = self._fingerprint
         if cached is None or cached[0] != key:
             with self.lock:

@@ -70,6 +70,7 @@ class ForeignStorage(RingCounters, Storage):
             self._schema = self._schema or schema
             self._cursor = (self._cursor + n) % self.max_size
             self._write_count += n
+            self._bump_revision()
         return index
 
     def gather_unlocked(self, index: torch.Tensor) -> TensorDictBase:

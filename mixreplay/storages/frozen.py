@@ -49,7 +49,7 @@ class FrozenStorage(PackedStorage):
         self.device = rows.device
         self.max_size = int(rows.shape[0])
         if fingerprint is not None:  # a dataset stores its own: no need to hash the rows
-            self._fingerprint = ((self.generation, self.write_count, len(self)), fingerprint)
+            self._fingerprint = (self.content_key(), fingerprint)
 
     @classmethod
     def from_tensordict(cls, td: TensorDictBase) -> FrozenStorage:
@@ -78,6 +78,13 @@ class FrozenStorage(PackedStorage):
         raise ReadOnlyError(
             "this storage is read-only (offline data); write online rows to the mixing "
             "buffer's add(), or copy the rows into a LazyTensorStorage first"
+        )
+
+    def rewrite(self, index: torch.Tensor, data: Any) -> None:
+        raise ReadOnlyError(
+            "this storage is read-only (offline data, referenced by its fingerprint): its rows "
+            "cannot be rewritten in place; copy them into a LazyTensorStorage first "
+            "(ReplayBuffer(storage=LazyTensorStorage(n)).extend(storage[:])) and rewrite that"
         )
 
     # -- state: a reference, never the rows ------------------------------------------------

@@ -243,7 +243,7 @@ class ListStorage(RingCounters, Storage):
         self._items: list[Any] = []
         self._cursor = 0
         self._write_count = 0
-        self._schema_cache: tuple[tuple[int, int], Schema | None] | None = None
+        self._schema_cache: tuple[tuple[int, int, int, int], Schema | None] | None = None
 
     # -- the contract ----------------------------------------------------------------------
 
@@ -259,7 +259,7 @@ class ListStorage(RingCounters, Storage):
     def schema(self) -> Schema | None:
         """The keys, per-item shapes and dtypes of the first item when it is a TensorDict
         (what a :class:`~mixreplay.SliceSampler` looks its keys up in); ``None`` otherwise."""
-        key = (self.generation, self._write_count)
+        key = self.content_key()
         cached = self._schema_cache
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -306,6 +306,7 @@ class ListStorage(RingCounters, Storage):
                 else:
                     held[slot] = item
             self._cursor, self._write_count = (start + n) % cap, self._write_count + n
+            self._bump_revision()
         return index.to(self.device)
 
     def add(self, row: Any) -> int:
@@ -407,11 +408,37 @@ class ListStorage(RingCounters, Storage):
                     held.append(item)
                 else:
                     held[slot] = item
-            if set_cursor and slots:
+            if not set_cursor:  # items replaced where they are: slots and counters stay
+                self._bump_rewrites()
+                return
+            if slots:
                 self._write_count += len(slots)
                 full = len(held) >= self.max_size
                 self._cursor = (slots[-1] + 1) % self.max_size if full else len(held)
             self._bump_generation()
+
+    def rewrite(self, index: torch.Tensor, data: Any) -> None:
+        """Replace the items in filled slots ``index`` with the items of ``data`` (split along
+        its first dimension, as :meth:`extend` does), in place: length, cursor and write count
+        stay. A slot that holds no item is refused (``IndexError``), changing nothing."""
+        slots = index.reshape(-1).tolist()
+        items = [self._to_device(item) for item in _items_of(data, type(self).__name__)]
+        if len(items) != len(slots):
+            raise ValueError(
+                f"an in-place write got {len(items)} items for {len(slots)} slots; give one item "
+                "per slot"
+            )
+        with self.lock:
+            held = self._items
+            bad = [slot for slot in slots if not 0 <= slot < len(held)]
+            if bad:
+                raise IndexError(
+                    f"slot {bad[0]} holds no item ({type(self).__name__} holds {len(held)}); an "
+                    "in-place write replaces items that are held: write new ones with extend()"
+                )
+            for slot, item in zip(slots, items):
+                held[slot] = item
+            self._bump_rewrites()
 
     def column(self, key: NestedKey) -> torch.Tensor:
         """One key over the items held (TensorDicts), stacked in slot order."""

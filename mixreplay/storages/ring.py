@@ -32,7 +32,7 @@ from mixreplay._validate import check_bool, check_int, check_path, check_saved_i
 from mixreplay.data_types import codec_from_json, one_row, to_rows
 from mixreplay.errors import CheckpointError, SchemaMismatchError
 from mixreplay.layout import RowLayout
-from mixreplay.schema import Schema, check_dense
+from mixreplay.schema import Schema, check_dense, format_key, normalize_key
 from mixreplay.storages import _hugepages
 from mixreplay.storages.base import (
     PackedStorage,
@@ -253,6 +253,18 @@ def _grid_key(index: Any) -> Any:
     return index
 
 
+def _last_of_each(index: torch.Tensor, data: TensorDictBase) -> tuple[torch.Tensor, Any]:
+    """``index`` with each slot once and the rows of ``data`` for them: a slot named several
+    times gets its last row (as a sequence of writes would leave it)."""
+    unique, inverse = torch.unique(index, return_inverse=True)
+    if unique.numel() == index.numel():
+        return index, data
+    last = torch.full_like(unique, -1).scatter_reduce_(
+        0, inverse, torch.arange(index.numel(), device=index.device), reduce="amax"
+    )
+    return unique, data[last.cpu()]
+
+
 def _slots(cursor: Any, max_size: int) -> tuple[torch.Tensor, bool]:
     """``(slots, one_row)`` for TorchRL's ``set(cursor, ...)``: an int names one row."""
     if isinstance(cursor, int) or (isinstance(cursor, torch.Tensor) and cursor.ndim == 0):
@@ -466,17 +478,23 @@ class TensorStorage(RingCounters, PackedStorage):
         ``swap`` and 0 of the result swapped when it has them (TorchRL's ``rb[index]`` with
         ``dim_extend=swap``)."""
         with self.lock:
-            n, width = self._len, self._width
-            if self._layout is None or n == 0 or not width:
-                raise IndexError("the storage holds no rows yet")
-            grid = torch.arange(n, device=self.device).view(n // width, width)
-            slots = grid[_grid_key(index)]
+            slots = self.grid_slots(index)
             td = self.gather_unlocked(slots.reshape(-1))
             codec = self.codec
         td = td[0] if slots.dim() == 0 else td.reshape(slots.shape)
         if swap and td.batch_dims > swap:
             td = td.transpose(swap, 0)
         return td if codec is None else codec.decode(td)
+
+    def grid_slots(self, index: Any) -> torch.Tensor:
+        """The flat slots of an ndim=2 grid's elements at ``index`` (as ``storage[index]``
+        reads them), shaped as the elements (a 0-dim tensor for one)."""
+        with self.lock:
+            n, width = self._len, self._width
+            if self._layout is None or n == 0 or not width:
+                raise IndexError("the storage holds no rows yet")
+            grid = torch.arange(n, device=self.device).view(n // width, width)
+            return grid[_grid_key(index)]
 
     @property
     def nbytes(self) -> int:
@@ -658,13 +676,137 @@ class TensorStorage(RingCounters, PackedStorage):
             assert self._rows is not None
             self._rows.index_copy_(0, index.to(self._rows.device), words)
             self.codec = codec
-            if set_cursor:
-                self._len = min(self.max_size, self._len + n)
-                self._write_count += n
-                self._cursor = (
-                    self._len if self._len < self.max_size else (int(index[-1]) + 1) % self.max_size
-                )
+            if not set_cursor:  # rows replaced where they are: slots and counters stay
+                self._bump_rewrites()
+                return
+            self._len = min(self.max_size, self._len + n)
+            self._write_count += n
+            self._cursor = (
+                self._len if self._len < self.max_size else (int(index[-1]) + 1) % self.max_size
+            )
             self._bump_generation()
+
+    def rewrite(self, index: torch.Tensor, data: Any) -> None:
+        """Replace the rows in filled slots ``index`` with ``data`` (a TensorDict ``[k]``), in
+        place (see :meth:`Storage.rewrite <mixreplay.storages.base.Storage.rewrite>`).
+
+        ``data`` may hold some of the stored keys (the others keep their values) and, unless
+        :meth:`keep_keys` was called, keys the rows do not have yet: every row then gets
+        them, zero where not written (TorchRL's meaning), and the rows are repacked once. A
+        slot named twice gets its last row. Refused (nothing changes): a slot that holds no
+        row (``IndexError``), a dtype or per-row shape that differs from the stored one
+        (:class:`~mixreplay.errors.SchemaMismatchError`), a new key where the layout is
+        fixed (a shared ring, ``dedup_next=True``, rows of another type than TensorDicts,
+        a layout a reader relies on).
+        """
+        name = type(self).__name__
+        if self.dedup_next:
+            raise TypeError(
+                f"{name}(dedup_next=True) does not support in-place writes: a row's next values "
+                "are read from the following row, which a rewrite would change too; build the "
+                "storage without dedup_next to rewrite rows"
+            )
+        if not isinstance(data, TensorDictBase) or data.batch_dims != 1:
+            raise TypeError(
+                f"an in-place write takes a TensorDict of rows [k], got {type(data).__name__}"
+                + (
+                    f" with batch_size={list(data.batch_size)}"
+                    if isinstance(data, TensorDictBase)
+                    else ""
+                )
+            )
+        with self.lock:
+            n, layout, rows = self._len, self._layout, self._rows
+            index = index.reshape(-1).to(torch.int64)
+            k = index.numel()
+            if int(data.batch_size[0]) != k:
+                raise ValueError(
+                    f"an in-place write got {int(data.batch_size[0])} rows for {k} slots; give "
+                    "one row per slot"
+                )
+            if layout is None or rows is None or n == 0:
+                raise IndexError(
+                    f"{name} holds no rows yet: an in-place write replaces rows that are held; "
+                    "write new rows with extend()"
+                )
+            if k and (int(index.min()) < 0 or int(index.max()) >= n):
+                bad = int(index.min()) if int(index.min()) < 0 else int(index.max())
+                raise IndexError(
+                    f"slot {bad} holds no row ({name} holds {n} rows, slots 0..{n - 1}); an "
+                    "in-place write replaces rows that are held: write new rows with extend()"
+                )
+            if k == 0:
+                return
+            index, data = _last_of_each(index.to(rows.device), data)
+            data = data.to(self.device) if data.device != self.device else data
+            current = self.gather_unlocked(index)
+            added = [
+                key for key in data.keys(True, True) if normalize_key(key) not in layout.schema
+            ]
+            target = layout
+            if added:
+                self._check_new_keys(added)
+                for key in added:
+                    check_dense(key, data.get(key))
+                    current.set(key, data.get(key))
+                target = RowLayout(Schema.from_tensordict(current))
+            try:
+                current.update(data.exclude(*added) if added else data)
+            except RuntimeError as err:
+                raise SchemaMismatchError(
+                    f"an in-place write's rows do not fit the stored rows ({err}); write values "
+                    "of the stored per-row shapes"
+                ) from None
+            words = target.pack(current, device=rows.device)  # raises before any byte changes
+            if target is not layout:
+                rows = self._relayout(target, frozenset(normalize_key(key) for key in added))
+            rows.index_copy_(0, index, words)
+            self._bump_rewrites()
+
+    #: whether :meth:`rewrite` may add keys: ``False`` once a reader relies on the layout
+    _keys_fixed: bool = False
+
+    def keep_keys(self) -> None:
+        """Refuse in-place writes that add keys from now on: a reader (a mixing buffer) gathers
+        these rows by their packed layout, which must stay as it is."""
+        self._keys_fixed = True
+
+    def _check_new_keys(self, added: list[Any]) -> None:
+        """Refuse keys ``added`` by an in-place write where the layout cannot grow."""
+        why = None
+        if self.shared:
+            why = "its rows are shared with other processes, which map them by their layout"
+        elif self._keys_fixed:
+            why = "a mixing buffer draws its rows by their packed layout"
+        elif self.codec is not None:
+            why = f"it holds {self.codec.describe()} rows, whose fields are fixed"
+        if why is None:
+            return
+        held = ", ".join(format_key(f.key) for f in self._layout.fields) if self._layout else ""
+        names = ", ".join(format_key(normalize_key(key)) for key in added)
+        raise SchemaMismatchError(
+            f"an in-place write adds the key(s) {names}, which the stored rows lack (they hold "
+            f"[{held}]), and {type(self).__name__} cannot add keys here: {why}. Write only the "
+            "stored keys (data.select(...)), or extend a new buffer whose rows have the new keys"
+        )
+
+    def _relayout(self, layout: RowLayout, added: frozenset[Any]) -> torch.Tensor:
+        """Repack every slot into ``layout``, the stored one plus keys ``added`` (zero in every
+        row); return the new rows (caller holds the lock)."""
+        old_layout, old_rows = self._layout, self._rows
+        assert old_layout is not None and old_rows is not None
+        held = old_layout.unpack(old_rows, self.device)
+        leaves = [
+            held.get(f.key)
+            if f.key not in added
+            else torch.zeros((self.max_size, *f.shape), dtype=f.dtype, device=self.device)
+            for f in layout.fields
+        ]
+        rows = self._allocate(layout)
+        layout.write(leaves, layout.group_views(rows))
+        self._rows, self._layout, self._scratch = rows, layout, None
+        log.debug("repacked %d rows for the new keys %s", self.max_size, sorted(added))
+        return rows
 
     def _stage(self, layout: RowLayout, leaves: list[torch.Tensor], n: int) -> torch.Tensor:
         """Pack validated ``leaves`` into staging rows (caller holds the lock).
@@ -720,6 +862,7 @@ class TensorStorage(RingCounters, PackedStorage):
         cursor, length, count = (start + n) % cap, min(cap, self._len + n), self._write_count + n
         # one statement without calls: an interrupt never moves one counter without the others
         self._cursor, self._len, self._write_count = cursor, length, count
+        self._revision += 1
         if n == 1:  # an environment step: a new one-slot tensor is cheaper made by full
             return torch.full((1,), start, dtype=torch.int64, device=self.device)
         index = torch.arange(start, start + n, device=self.device)

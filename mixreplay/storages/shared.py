@@ -7,7 +7,8 @@ A collector in another process (TorchRL's ``AsyncCollector(replay_buffer=rb)``, 
 
 - its rows live in a file every process maps (in ``/dev/shm``, memory, for a
   ``LazyTensorStorage``; in the storage's own file for a ``LazyMemmapStorage``);
-- its counters (cursor, fill, write count, generation) live in a shared ``int64``
+- its counters (cursor, fill, write count, generation, in-place writes, revision) live in a
+  shared ``int64``
   tensor beside them, so ``len(rb)``, ``rb.write_count`` and the samplers see every
   process's writes; a shared header names the rows' file and layout;
 - its lock is one re-entrant lock of the operating system, shared by every process.
@@ -67,7 +68,7 @@ __all__ = ["SharedRing", "is_shared", "share_ring"]
 
 log = logging.getLogger(__name__)
 
-_CURSOR, _LEN, _WRITE_COUNT, _GENERATION, _EPOCH, _OWNER = range(6)
+_CURSOR, _LEN, _WRITE_COUNT, _GENERATION, _EPOCH, _OWNER, _REWRITES, _REVISION = range(8)
 
 #: how often a process waiting for the shared lock checks that its holder is alive (seconds)
 OWNER_POLL_S = 0.5
@@ -178,7 +179,8 @@ class SharedRing:
     """The shared variant of a ring (a mixin before its class): counters, rows and lock
     shared between processes. Built by :func:`share_ring`, never directly."""
 
-    #: the counters, an ``int64 [6]`` tensor in shared memory (the last: the pid holding the lock)
+    #: the counters, an ``int64 [8]`` tensor in shared memory (see ``_CURSOR`` .. ``_REVISION``;
+    #: ``_OWNER``: the pid holding the lock)
     _counters: torch.Tensor
     #: a NumPy view of them (reading one costs ~100 ns; a tensor element ~1 µs)
     _counts: np.ndarray
@@ -200,6 +202,8 @@ class SharedRing:
     _len = _counter(_LEN, "Rows held (shared).")
     _write_count = _counter(_WRITE_COUNT, "Rows written since creation (shared).")
     _generation = _counter(_GENERATION, "Changes when rows change other than by writes (shared).")
+    _rewrites = _counter(_REWRITES, "In-place writes since creation (shared).")
+    _revision = _counter(_REVISION, "Writes since creation, one per call (shared).")
 
     @property
     def codec(self) -> Any:
@@ -301,6 +305,8 @@ class SharedRing:
                 ("_len", _LEN),
                 ("_write_count", _WRITE_COUNT),
                 ("_generation", _GENERATION),
+                ("_rewrites", _REWRITES),
+                ("_revision", _REVISION),
             ):
                 state[name] = int(self._counts[i])
             state["codec"] = state.pop("_codec", None)
@@ -421,13 +427,30 @@ def share_ring(storage: Any) -> None:
         )
     ring: Any = storage
     with ring.lock:
-        values = (ring._cursor, ring._len, ring._write_count, ring._generation, 0, 0)
+        values = (
+            ring._cursor,
+            ring._len,
+            ring._write_count,
+            ring._generation,
+            0,
+            0,
+            ring._rewrites,
+            ring._revision,
+        )
         counters = torch.tensor(values, dtype=torch.int64).share_memory_()
         header = torch.zeros(_HEADER_BYTES, dtype=torch.uint8).share_memory_()
         old_rows, layout, codec = ring._rows, ring._layout, ring.codec
         # a memmap's former file: its rows move to the shared ring's own file below
         superseded = ring._finalizer if isinstance(ring, LazyMemmapStorage) else None
-        for attr in ("_cursor", "_len", "_write_count", "_generation", "codec"):
+        for attr in (
+            "_cursor",
+            "_len",
+            "_write_count",
+            "_generation",
+            "_rewrites",
+            "_revision",
+            "codec",
+        ):
             ring.__dict__.pop(attr, None)
         ring.__class__ = _variant(type(ring))
         ring._counters = counters

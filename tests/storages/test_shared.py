@@ -21,6 +21,7 @@ from mixreplay import (
     ListStorage,
     PrioritizedSampler,
     ReplayBuffer,
+    SchemaMismatchError,
     SliceSampler,
     TensorDictReplayBuffer,
 )
@@ -172,6 +173,39 @@ def test_samplers_here_follow_rows_written_elsewhere():
     for part in episodes.sample()["id"].reshape(2, 7):
         assert part.tolist() == list(range(int(part[0]), int(part[0]) + 7))
     episodes.close()
+
+
+def rewriter(rb) -> None:
+    """A process that rewrites rows in place: episode ends at 4 and 9 become one at 6."""
+    done = rb[:]["next", "done"].clone()
+    done[:] = False
+    done[6] = True
+    rb.set_(("next", "done"), done)
+    rb[0] = rows(100, 1)[0]
+
+
+@pytest.mark.heavy
+def test_rows_rewritten_in_place_elsewhere_are_seen_here_and_samplers_follow():
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(10),
+        sampler=SliceSampler(slice_len=3, end_key=("next", "done")),
+        shared=True,
+        generator=0,
+    )
+    data = rows(0, 10)
+    data["next", "done"][:] = False
+    data["next", "done"][[4, 9]] = True
+    rb.extend(data)
+    assert rb.available() == 6  # starts 0..2 and 5..7
+    revision, rewrites = rb.storage.revision, rb.storage.rewrites
+    run([CTX.Process(target=rewriter, args=(rb,))])
+    assert (rb.storage.revision, rb.storage.rewrites) == (revision + 2, rewrites + 2)
+    assert (len(rb), rb.write_count, rb.storage.cursor) == (10, 10, 0)
+    assert rb[:]["id"].tolist() == [100, *range(1, 10)]
+    assert rb.available() == 5 + 1  # episodes 0..6 and 7..9: starts 0..4 and 7
+    # a new key cannot be added to rows other processes map by their layout
+    with pytest.raises(SchemaMismatchError, match="adds the key.*shared with other processes"):
+        rb[1] = TensorDict({"extra": torch.tensor(1.0)}, [])
 
 
 def test_a_collector_may_write_the_first_rows():

@@ -206,7 +206,7 @@ class DedupFrozenStorage(DedupReads, FrozenStorage):
             exception_of[slots] = torch.arange(e, dtype=torch.int32, device=rows.device)
         self._exception_of = exception_of
         if fingerprint is not None:
-            self._fingerprint = ((self.generation, self.write_count, len(self)), fingerprint)
+            self._fingerprint = (self.content_key(), fingerprint)
 
     @classmethod
     def from_tensordict(

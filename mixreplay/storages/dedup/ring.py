@@ -265,6 +265,7 @@ class _DedupRing(DedupReads, TensorStorage):
             self._cursor = (start + n) % cap
             self._len = min(cap, length + n)
             self._write_count += n
+            self._bump_revision()
             return index
 
         return commit

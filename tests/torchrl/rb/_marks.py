@@ -39,8 +39,9 @@ LEFT_OUT_CONSUME = _left_out(
     "consume_after_n_samples: refused by name, one pass over rows is SamplerWithoutReplacement"
 )
 LEFT_OUT_IN_PLACE = _left_out(
-    "in-place updates of stored rows (update_if_present, set_at_, set_, update_, write_all, "
-    "rb[i] = ...): refused by name"
+    "conditional in-place updates (update_if_present, submit_update_if_present: row "
+    "generations, versions): refused by name; rb[i] = ..., set_at_, set_, update_ and "
+    "write_all are supported"
 )
 LEFT_OUT_HOOKS = _left_out("save/load hooks: refused by name")
 LEFT_OUT_CUDA = _left_out("needs CUDA")
@@ -118,11 +119,6 @@ DIFF_MAX_CAPACITY = _differs(
 )
 DIFF_COMPILABLE = _differs(
     "compilable=True is refused (TypeError): mixreplay's buffers and storages run eagerly",
-    TypeError,
-)
-DIFF_IN_PLACE_NDIM = _differs(
-    "in-place updates of stored rows (rb[i] = ..., rb[env, steps] = ... of an ndim=2 storage) "
-    "are refused (TypeError): rows are written only by extend/add",
     TypeError,
 )
 DIFF_NON_TENSOR = _differs(
@@ -228,7 +224,6 @@ __all__ = [
     "DIFF_DUMPS_INTO_SCRATCH",
     "DIFF_IMPLICIT_DELAYED_INIT",
     "DIFF_INTERNALS",
-    "DIFF_IN_PLACE_NDIM",
     "DIFF_LOADS_UNINIT",
     "DIFF_MAX_CAPACITY",
     "DIFF_NON_TENSOR",

@@ -103,8 +103,3 @@ DIFF_PARAMETER_SCHEDULER = _differs(
     "not TorchRL's (TypeError): set sampler.alpha / sampler.beta in the loop",
     TypeError,
 )
-DIFF_SAMPLER_PRIVATE = _differs(
-    "TorchRL's private attributes (storage._is_full, _last_cursor_index, TorchRL's "
-    "_ReplayBoundaryIndex over a storage) do not exist",
-    AttributeError,
-)

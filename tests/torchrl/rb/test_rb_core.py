@@ -123,7 +123,6 @@ def test_replay_buffer_direct_service_client_is_identity():
     replay_buffer.shutdown()
 
 
-@LEFT_OUT_IN_PLACE
 def test_replay_buffer_read_write_all_in_order():
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(6))
     rb_slice = TensorDictReplayBuffer(storage=LazyTensorStorage(6))
@@ -144,7 +143,6 @@ def test_replay_buffer_read_write_all_in_order():
     assert updated["value_target"].tolist() == list(range(1, 7))
 
 
-@LEFT_OUT_IN_PLACE
 def test_replay_buffer_read_write_all_in_order_with_end():
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
     rb_slice = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
@@ -162,7 +160,6 @@ def test_replay_buffer_read_write_all_in_order_with_end():
     assert updated["obs"].tolist() == [10, 11, 12, 3, 4, 5]
 
 
-@DIFF_PRIVATE
 def test_storage_mutation_revision_for_buffer_write_paths():
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8))
     assert rb.storage._mutation_revision == 0
@@ -196,7 +193,6 @@ def test_storage_mutation_revision_for_buffer_write_paths():
     assert rb.storage._mutation_revision == revision + 1
 
 
-@LEFT_OUT_IN_PLACE
 def test_replay_buffer_read_write_all_in_order_matches_full_slice_ndim2():
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(6, ndim=2))
     rb_slice = TensorDictReplayBuffer(storage=LazyTensorStorage(6, ndim=2))
@@ -604,7 +600,6 @@ class TestBuffers:
         assert len(rb[size - 2 :]) == 1
 
 
-@LEFT_OUT_IN_PLACE
 def test_replay_buffer_set_at_():
     """Tests that set_at_ writes through to storage in-place."""
     rb = ReplayBuffer(
@@ -621,7 +616,6 @@ def test_replay_buffer_set_at_():
     assert rb["b"][2] == 1.0  # other key unchanged
 
 
-@LEFT_OUT_IN_PLACE
 def test_replay_buffer_set_():
     """Tests that set_ writes through to storage in-place."""
     rb = ReplayBuffer(
@@ -635,7 +629,6 @@ def test_replay_buffer_set_():
     assert (rb["b"] == 1.0).all()  # other key unchanged
 
 
-@LEFT_OUT_IN_PLACE
 def test_replay_buffer_update_():
     """Tests that update_ writes through to storage in-place."""
     rb = ReplayBuffer(

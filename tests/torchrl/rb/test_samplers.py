@@ -2847,7 +2847,6 @@ class TestFindStartStopTraj:
         assert stop.squeeze(-1).tolist() == [2, 4, 7]
         assert lengths.tolist() == [5, 2, 3]
 
-    @DIFF_SAMPLER_PRIVATE
     def test_boundary_index_cache_and_storage_invalidation(self):
         storage = LazyTensorStorage(10)
         rb = TensorDictReplayBuffer(storage=storage, dim_extend=0)
@@ -2907,7 +2906,6 @@ class TestFindStartStopTraj:
         result = compiled(anchor, start, stop, 10)
         torch.testing.assert_close(result, eager)
 
-    @DIFF_SAMPLER_PRIVATE  # storage._last_cursor_index
     def test_multidimensional_boundary_index_and_fullgraph(self):
         storage = LazyTensorStorage(10, ndim=2)
         rb = TensorDictReplayBuffer(storage=storage, dim_extend=0)

@@ -680,7 +680,6 @@ class TestStorages:
             pytest.param(ListStorage, torch.stack),
         ],
     )
-    @LEFT_OUT_IN_PLACE
     def test_storage_inplace_writing(self, storage_type, collate_fn):
         rb = ReplayBuffer(storage=storage_type(102), collate_fn=collate_fn)
         data = TensorDict(
@@ -714,7 +713,6 @@ class TestStorages:
             pytest.param(ListStorage, torch.stack),
         ],
     )
-    @LEFT_OUT_IN_PLACE
     def test_storage_inplace_writing_transform(self, storage_type, collate_fn):
         rb = ReplayBuffer(storage=storage_type(102), collate_fn=collate_fn)
         rb.append_transform(lambda x: x + 1, invert=True)
@@ -750,7 +748,6 @@ class TestStorages:
             pytest.param(ListStorage, TensorDict.maybe_dense_stack),
         ],
     )
-    @LEFT_OUT_IN_PLACE
     def test_storage_inplace_writing_newkey(self, storage_type, collate_fn):
         rb = ReplayBuffer(storage=storage_type(102), collate_fn=collate_fn)
         data = TensorDict(
@@ -771,7 +768,6 @@ class TestStorages:
             assert "d" not in rb[3:5]
 
     @pytest.mark.parametrize("storage_type", [LazyTensorStorage, LazyMemmapStorage])
-    @DIFF_IN_PLACE_NDIM
     def test_storage_inplace_writing_ndim(self, storage_type):
         rb = ReplayBuffer(storage=storage_type(102, ndim=2))
         data = TensorDict(
@@ -985,7 +981,6 @@ class TestSharedStorageInit:
         )
         queue.put(rb.storage._mutation_revision)
 
-    @DIFF_PRIVATE
     def test_mutation_revision_shared_across_processes(self):
         storage = LazyTensorStorage(max_size=8)
         rb = TensorDictReplayBuffer(storage=storage).share(True)

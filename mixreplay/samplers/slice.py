@@ -679,7 +679,6 @@ class SliceSampler(Sampler):
     #: ``_end_to_start_stop`` to change where episodes end, as in TorchRL: the sampler then
     #: finds them through its hooks (each write rebuilds the index, ``O(len)``).
     #: ``_get_stop_and_length`` is a view of the episodes found, so overriding it is refused.
-    _HOOKS: ClassVar[tuple[str, ...]] = ("_find_start_stop_traj", "_end_to_start_stop")
     _VIEWS: ClassVar[tuple[str, ...]] = ("_get_stop_and_length",)
 
     #: whether a subclass overrides a boundary hook (set for each subclass when defined)
@@ -701,8 +700,9 @@ class SliceSampler(Sampler):
                     "would change nothing drawn; override _end_to_start_stop(end, length) or "
                     "_find_start_stop_traj(...) instead, or pass traj_key= or end_key=/end_keys="
                 )
-        cls._hooked = any(
-            getattr(cls, name) is not getattr(SliceSampler, name) for name in SliceSampler._HOOKS
+        cls._hooked = (
+            cls._end_to_start_stop is not SliceSampler._end_to_start_stop
+            or cls._find_start_stop_traj is not SliceSampler._find_start_stop_traj
         )
 
     def _find_start_stop_traj(

@@ -25,7 +25,7 @@ from mixreplay.persist.container import _checksum
 
 METADATA = "metadata.json"
 ROWS = "storage.rows.bin"
-GENERATOR = "generator.state.bin"
+GENERATOR = "_rng.state.bin"
 
 
 def _buffer():
@@ -139,11 +139,11 @@ DAMAGE = {
     ),
     "the generator state read as int8 (same bytes)": (
         _retype(GENERATOR, "int8", lambda s: s),
-        r"generator: a generator state must be a uint8 tensor, got torch.int8\[5056\]",
+        r"_rng: a generator state must be a uint8 tensor, got torch.int8\[5056\]",
     ),
     "the generator state read as int64 (same bytes)": (
         _retype(GENERATOR, "int64", lambda s: [s[0] // 8]),
-        r"generator: a generator state must be a uint8 tensor, got torch.int64\[632\]",
+        r"_rng: a generator state must be a uint8 tensor, got torch.int64\[632\]",
     ),
     "a checksum that is a number": (
         _edit_raw(lambda m: m.update(checksum=12345)),

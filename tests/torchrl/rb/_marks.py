@@ -107,6 +107,17 @@ DIFF_PREFETCH_STATE = _differs(
     "until then); and a ListStorage stores items detached, so no batch requires grad",
     (KeyError, IndexError, _FAILED),
 )
+# not strict: TorchRL's threshold holds for the draw torch.manual_seed(0) gives its global
+# RNG; a mixreplay buffer built without generator= draws from its own generator, for which
+# the threshold fails in about 1 % of draws (4 of 300 seeds)
+DIFF_GLOBAL_SEED_THRESHOLD = pytest.mark.xfail(
+    ON_MIXREPLAY,
+    reason="Differences from TorchRL: randomness: a buffer built without generator= draws "
+    "from its own generator, which torch.manual_seed does not seed; the test's threshold is "
+    "met by TorchRL's draw after torch.manual_seed(0) and by ~99 % of other draws",
+    raises=AssertionError,
+    strict=False,
+)
 DIFF_SHARED_DEVICE = _differs(
     "shared=True / shared_init=True need the rows in host memory: a storage on another device "
     "is refused (TypeError); TorchRL moves it to a CPU memmap with a warning",
@@ -222,6 +233,7 @@ __all__ = [
     "DIFF_COMPILABLE",
     "DIFF_DOCTEST_STORAGE_REPR",
     "DIFF_DUMPS_INTO_SCRATCH",
+    "DIFF_GLOBAL_SEED_THRESHOLD",
     "DIFF_IMPLICIT_DELAYED_INIT",
     "DIFF_INTERNALS",
     "DIFF_LOADS_UNINIT",

@@ -364,6 +364,7 @@ class TestNextStateReconstructor:
         # Position 7: no i+1 → NaN
         assert torch.isnan(next_obs[7]).all()
 
+    @DIFF_GLOBAL_SEED_THRESHOLD
     def test_random_sampler_is_mostly_nan(self):
         """Random sampling yields mismatched traj ids between neighbors → NaN.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 
 
@@ -89,3 +90,12 @@ def _restored_dataset_registry():
 @pytest.fixture
 def make_rows():
     return ted_rows
+
+
+@pytest.fixture
+def eager_thread_switches():
+    """Threads switch every 10 µs instead of every 5 ms, so a race shows in a short test."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    yield
+    sys.setswitchinterval(before)

@@ -8,7 +8,6 @@ hold exactly the id the ring semantics put there.
 from __future__ import annotations
 
 import random
-import sys
 import threading
 import time
 
@@ -245,15 +244,6 @@ def test_samplers_are_told_of_a_write_before_anyone_draws_from_it(kind):
 
 
 # -- importance weights while a collector writes ---------------------------------------------
-
-
-@pytest.fixture
-def eager_thread_switches():
-    """Threads switch every 10 µs instead of every 5 ms, so a race shows in a short test."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    yield
-    sys.setswitchinterval(before)
 
 
 def small_prioritized(kind: str):

@@ -36,7 +36,7 @@ from mixreplay.samplers import RandomSampler, Sampler
 from mixreplay.schema import format_key, normalize_key
 from mixreplay.storages.base import Storage, as_index
 from mixreplay.storages.foreign import adapt_storage, looks_like_storage
-from mixreplay.storages.ring import LazyTensorStorage, grid_rows, leading_dims
+from mixreplay.storages.ring import LazyTensorStorage, grid_key, grid_rows, leading_dims
 from mixreplay.storages.shared import is_shared, share_ring
 from mixreplay.transforms import Inverted, Transform
 
@@ -138,17 +138,6 @@ def _check_dim_extend(owner: str, dim_extend: Any, ndim: int) -> int:
             "(data [n, width]) or 1 (data [width, n], a collector's [n_envs, T] batch)"
         )
     return dim_extend
-
-
-def _grid_index(index: Any) -> Any:
-    """``index`` as torch indexes a tensor of slots (lists and ranges as tensors)."""
-    if isinstance(index, range):
-        return torch.arange(index.start, index.stop, index.step)
-    if isinstance(index, list):
-        return torch.as_tensor(index)
-    if isinstance(index, tuple):
-        return tuple(_grid_index(i) for i in index)
-    return index
 
 
 def _transpose(data: Any, dim: int) -> Any:
@@ -773,7 +762,7 @@ class ReplayBuffer(BufferBase[Sampled]):
         if isinstance(index, tuple):  # by the dims of the data as extended
             full = grid_slots((slice(None), slice(None)))
             view = full.transpose(swap, 0) if swap else full
-            return view[_grid_index(index)].cpu()
+            return view[grid_key(index)].cpu()
         slots = grid_slots((slice(None),) * swap + (index,))
         if swap and slots.dim() > swap:
             slots = slots.transpose(swap, 0)

@@ -49,6 +49,7 @@ __all__ = [
     "LazyTensorStorage",
     "TensorStorage",
     "check_saved_rows",
+    "grid_key",
     "grid_rows",
     "leading_dims",
 ]
@@ -242,14 +243,14 @@ def _first_row(data: Any) -> Any:
     return tree_map(lambda x: x[0] if isinstance(x, torch.Tensor) else x, data)
 
 
-def _grid_key(index: Any) -> Any:
+def grid_key(index: Any) -> Any:
     """``index`` as torch indexes a grid of slots (lists and ranges as tensors)."""
     if isinstance(index, range):
         return torch.arange(index.start, index.stop, index.step)
     if isinstance(index, list):
         return torch.as_tensor(index)
     if isinstance(index, tuple):
-        return tuple(_grid_key(i) for i in index)
+        return tuple(grid_key(i) for i in index)
     return index
 
 
@@ -494,7 +495,7 @@ class TensorStorage(RingCounters, PackedStorage):
             if self._layout is None or n == 0 or not width:
                 raise IndexError("the storage holds no rows yet")
             grid = torch.arange(n, device=self.device).view(n // width, width)
-            return grid[_grid_key(index)]
+            return grid[grid_key(index)]
 
     @property
     def nbytes(self) -> int:

@@ -7,7 +7,6 @@ and a concurrent writer never tears a row.
 
 from __future__ import annotations
 
-import sys
 import threading
 
 import pytest
@@ -366,15 +365,6 @@ def test_a_dedup_ring_refuses_in_place_writes():
 
 
 # -- threads ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def eager_thread_switches():
-    """Threads switch every 10 µs instead of every 5 ms, so a race shows in a short test."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    yield
-    sys.setswitchinterval(before)
 
 
 @pytest.mark.parametrize("new_key", [False, True], ids=["same-keys", "adding-a-key"])

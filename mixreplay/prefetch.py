@@ -191,6 +191,43 @@ class Queued(Generic[T]):
         return f"Queued({state})"
 
 
+class _QueueLock:
+    """The prefetch queue's lock: re-entrant, and never a hang for a thread that holds a lock
+    the worker's draws take (``holds()`` names it).
+
+    Another thread may hold the queue lock while it waits for the worker (a checkpoint, a
+    load), and the worker may be waiting for a storage lock this thread holds: taking the
+    queue lock then would wait for ever. Such a thread gets :data:`HELD_LOCK_GRACE_S`, then a
+    :class:`~mixreplay.errors.LockOrderError`, nothing changed; leaving its block lets the
+    others finish.
+    """
+
+    __slots__ = ("_holds", "lock")
+
+    def __init__(self, holds: Callable[[], str | None]):
+        self.lock = threading.RLock()
+        self._holds = holds
+
+    def __enter__(self) -> None:
+        lock = self.lock
+        if lock.acquire(blocking=False):
+            return
+        held = self._holds()
+        if held is None:
+            lock.acquire()
+        elif not lock.acquire(timeout=HELD_LOCK_GRACE_S):
+            raise LockOrderError(
+                "this call needs the prefetch queue, which another thread holds while it waits "
+                f"for the prefetch thread's draws; those need {held}, and this thread holds it "
+                "(inside 'with <buffer or source>.state_lock():'?): the wait would never end. "
+                "Call it after leaving that block, or build the buffer without prefetch; "
+                "nothing was changed"
+            )
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
 class Prefetcher(Generic[T]):
     """One worker thread drawing batches ahead, in order, with rewindable draws.
 
@@ -233,7 +270,7 @@ class Prefetcher(Generic[T]):
         self.depth = depth
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mixreplay-prefetch")
         self._queue: collections.deque[Future] = collections.deque()
-        self._lock = threading.Lock()
+        self._lock = _QueueLock(holds)
         self._started = False  # writes refill the queue only once sampling has begun
         self._pauses = 0  # > 0: nothing is asked of the worker (see paused())
         # The finalizer holds the executor, not the prefetcher: a dropped buffer stops its thread.
@@ -415,10 +452,10 @@ class Prefetcher(Generic[T]):
             return tuple(Queued(f) for f in self._queue)
 
     @property
-    def lock(self) -> threading.Lock:
-        """The queue's lock: held while a checkpoint or a load waits for the draws and undoes
-        them, and briefly by every call that asks for or hands out a draw."""
-        return self._lock
+    def lock(self) -> threading.RLock:
+        """The queue's lock (re-entrant): held while a checkpoint or a load waits for the
+        draws and undoes them, and briefly by every call that asks for or hands out a draw."""
+        return self._lock.lock
 
     @property
     def ready(self) -> int:

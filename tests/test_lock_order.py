@@ -131,6 +131,7 @@ def test_reading_the_whole_state_while_a_collector_extends_never_hangs(kind, tmp
 # under the watchdog and also the interpreter's exit (the prefetch worker is not a daemon).
 
 import threading  # noqa: E402
+import time  # noqa: E402
 
 import torch  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
@@ -329,6 +330,69 @@ class _Tmp:
         return "TMP"
 
 
+def scenario_a_checkpoint_waiting_for_the_worker_never_hangs_a_thread_holding_its_lock(op):
+    """Thread A holds the storage's lock; a learner's sample asks for a draw (the worker waits
+    for A's lock); B saves or loads the state, holding the prefetch queue while it waits for
+    that draw; then A samples. A used to wait for the queue for ever (and so B and the worker):
+    A is refused with a LockOrderError after the grace, nothing changed, and B finishes once A
+    leaves its block."""
+    rb = ReplayBuffer(storage=LazyTensorStorage(64), batch_size=8, prefetch=2, generator=0)
+    rb.extend(_rows(64, 0))
+    saved = rb.state_dict()
+    rb.sample()
+    rb._prefetcher.wait()
+    out: dict = {}
+    holding = threading.Event()
+
+    def a():
+        with rb.storage.lock:
+            holding.set()
+            time.sleep(1.0)
+            try:
+                rb.sample()
+                out["a"] = "sampled"
+            except LockOrderError as err:
+                out["a"] = str(err)
+
+    def b():
+        out["b"] = rb.load_state_dict(saved) if op == "load" else rb.state_dict()
+
+    ta = threading.Thread(target=a, daemon=True)
+    ta.start()
+    holding.wait(10)
+    _watched(rb.sample, 30.0)  # a ready batch handed out; the draw it owes waits for A's lock
+    tb = threading.Thread(target=b, daemon=True)
+    tb.start()
+    time.sleep(0.2)
+    ta.join(30)
+    tb.join(30)
+    assert not ta.is_alive() and not tb.is_alive(), f"hung: {out}"
+    assert "this thread holds it" in out["a"], out["a"]
+    assert "b" in out
+    _watched(lambda: [rb.sample() for _ in range(3)], 30.0)
+    _closed(rb)
+
+
+def scenario_the_futures_lock_is_reentrant():
+    """TorchRL's ``rb._futures_lock`` is re-entrant: calls made while holding it return."""
+    rb = ReplayBuffer(storage=LazyTensorStorage(64), batch_size=8, prefetch=2, generator=0)
+    rb.extend(_rows(64, 0))
+    rb.sample()
+
+    def inside():
+        with rb._futures_lock:
+            rb.sample()
+            rb.extend(_rows(4, 100))
+            rb[0] = _rows(1, -5)
+            state = rb.state_dict()
+            rb.load_state_dict(state)
+
+    try:
+        _watched(inside, 30.0)
+    finally:
+        _closed(rb)
+
+
 _TMP = _Tmp()
 
 
@@ -386,3 +450,18 @@ def test_close_from_another_thread_loses_and_repeats_no_draw():
     """close() while another thread samples (prefetch 1, 2, 4): no error, none lost or twice."""
     for depth in (1, 2, 4):
         _in_child("scenario_close_from_another_thread_loses_and_repeats_no_draw", depth)
+
+
+@pytest.mark.parametrize("op", ["load", "save"])
+def test_a_checkpoint_waiting_for_the_worker_never_hangs_a_thread_holding_its_lock(op):
+    """Three threads: a raw storage lock held, a checkpoint holding the prefetch queue while
+    it waits for a draw needing that lock: the lock holder's sample is refused, none hangs."""
+    _in_child(
+        "scenario_a_checkpoint_waiting_for_the_worker_never_hangs_a_thread_holding_its_lock",
+        op,
+    )
+
+
+def test_the_futures_lock_is_reentrant():
+    """``with rb._futures_lock:`` then sample, extend, write in place, save, load: no hang."""
+    _in_child("scenario_the_futures_lock_is_reentrant")

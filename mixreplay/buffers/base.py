@@ -548,7 +548,7 @@ class BufferBase(Generic[R]):
         return () if p is None else p.pending()
 
     @property
-    def _futures_lock(self) -> threading.Lock:
+    def _futures_lock(self) -> threading.RLock:
         """TorchRL's name for the lock of the prefetch queue (:attr:`Prefetcher.lock`), held
         while a checkpoint or a load waits for the draws in flight and undoes them."""
         p = self._prefetcher

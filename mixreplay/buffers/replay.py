@@ -113,6 +113,15 @@ def _share_transform(transform: Any) -> None:
         )
 
 
+def _lead(value: Any) -> list[int] | None:
+    """The leading (batch) shape of what is written in place, when it has one."""
+    if data_types.is_collection(value):
+        return list(value.batch_size)
+    if isinstance(value, torch.Tensor):
+        return list(value.shape[:1])
+    return None
+
+
 def _no_rows(data: Any) -> bool:
     """Whether write-side transforms left nothing to write (``None`` or zero rows)."""
     if data is None:
@@ -773,7 +782,9 @@ class ReplayBuffer(BufferBase[Sampled]):
         transforms, in the stored type, broadcast and flattened to ``[k]`` rows."""
         storage = self._storage
         one = len(shape) == 0
-        if one and (data_types.is_collection(value) or isinstance(value, torch.Tensor)):
+        if one and data_types.is_collection(value) and tuple(value.batch_size) == (1,):
+            shape = torch.Size([1])  # one slot, given as one row of a batch
+        elif one and (data_types.is_collection(value) or isinstance(value, torch.Tensor)):
             value = data_types.one_row(value)
             shape = torch.Size([1])
         elif one and not storage.holds_items:
@@ -782,11 +793,18 @@ class ReplayBuffer(BufferBase[Sampled]):
         elif one:
             value, shape = [value], torch.Size([1])
         if self._transform.writes:
+            given = _lead(value)
             value = self._transform.inv(value)
             if _no_rows(value):
                 raise ValueError(
                     "the write-side transforms left nothing to write in place; an in-place write "
                     "replaces rows, so they must return one row per slot"
+                )
+            if given is not None and _lead(value) != given:
+                raise ValueError(
+                    f"the write-side transforms turned the {given} rows written into "
+                    f"{_lead(value)}; an in-place write replaces rows one for one, so they must "
+                    "keep the number of rows (write through rb.storage, or extend instead)"
                 )
         if storage.holds_items:
             return value

@@ -243,6 +243,29 @@ def _first_row(data: Any) -> Any:
     return tree_map(lambda x: x[0] if isinstance(x, torch.Tensor) else x, data)
 
 
+class MemoryMappedColumn(MemoryMappedTensor):
+    """A column of a ``LazyMemmapStorage``'s rows, as TorchRL shows it: a ``MemoryMappedTensor``
+    naming the file that holds it. The file holds packed rows, not this column alone, so a
+    copy (pickle, ``torch.save``, ``deepcopy``) is of the values, as a plain tensor."""
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return torch.Tensor.__reduce_ex__(self.as_subclass(torch.Tensor).clone(), protocol)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> torch.Tensor:
+        return self.as_subclass(torch.Tensor).clone()
+
+
+def _check_held(index: torch.Tensor, held: int, name: str) -> None:
+    """Refuse replacing rows in place at slots that hold none (``IndexError``)."""
+    bad = index[(index < 0) | (index >= held)]
+    if bad.numel():
+        raise IndexError(
+            f"slot {int(bad[0])} holds no row ({name} holds {held}); set(..., set_cursor=False) "
+            "and storage[index] = ... replace rows that are held: write new ones with extend() "
+            "or set()"
+        )
+
+
 def grid_key(index: Any) -> Any:
     """``index`` as torch indexes a grid of slots (lists and ranges as tensors)."""
     if isinstance(index, range):
@@ -661,6 +684,8 @@ class TensorStorage(RingCounters, PackedStorage):
 
     def _set_rows(self, index: torch.Tensor, data: Any, set_cursor: bool) -> None:
         with self.lock:
+            if not set_cursor and index.numel():
+                _check_held(index, self._len, type(self).__name__)
             layout = self._layout
             rows, codec = to_rows(data, self.codec, layout is None)
             n = int(rows.batch_size[0]) if rows.batch_dims else 0
@@ -1257,7 +1282,7 @@ class LazyMemmapStorage(TensorStorage):
             return td
 
         def view(column: torch.Tensor) -> torch.Tensor:
-            leaf = column.as_subclass(MemoryMappedTensor)  # the same memory, no copy
+            leaf = column.as_subclass(MemoryMappedColumn)  # the same memory, no copy
             leaf.filename = path
             return leaf
 

@@ -443,6 +443,12 @@ def _emptying_transform_buffer() -> ReplayBuffer:
     return rb
 
 
+def _first_row_transform_buffer() -> ReplayBuffer:
+    rb = _td_buffer()
+    rb.append_transform(lambda td: td[:1], invert=True)  # keeps one row of those written
+    return rb
+
+
 def snapshot(rb: ReplayBuffer):
     """The rows held, comparable with ``==`` (a copy)."""
     if len(rb) == 0:
@@ -485,10 +491,20 @@ ROW = TensorDict({"a": torch.ones(1)}, [1])
          "holds items: write whole rows with rb"),
         (_emptying_transform_buffer, lambda rb: rb.__setitem__(0, ROW[0]), ValueError,
          "write-side transforms left nothing"),
+        (_first_row_transform_buffer,
+         lambda rb: rb.__setitem__(slice(0, 3), TensorDict({"a": torch.ones(3)}, [3])),
+         ValueError, r"turned the \[3\] rows written into \[1\]; an in-place write replaces rows"),
+        (_items_buffer, lambda rb: rb.storage.__setitem__(2, "c"), IndexError,
+         "slot 2 holds no item.*write new ones with extend"),
+        (_tensor_rows_buffer, lambda rb: rb.storage.__setitem__(7, torch.ones(2)), IndexError,
+         "slot 7 holds no row.*write new ones with extend"),
+        (lambda: _td_buffer(0), lambda rb: rb.storage.__setitem__(0, ROW[0]), IndexError,
+         "slot 0 holds no row"),
     ],
     ids=[
         "not-rows", "count", "slot", "empty", "empty-storage", "tuple", "fixed-fields",
         "items-slot", "items-storage-slot", "items-count", "items-keys", "transforms-empty",
+        "transforms-count", "items-storage-append", "storage-unheld-slot", "empty-storage-set",
     ],
 )  # fmt: skip
 def test_each_refusal_names_the_way_and_changes_nothing(make, call, error, match):
@@ -497,3 +513,13 @@ def test_each_refusal_names_the_way_and_changes_nothing(make, call, error, match
     with pytest.raises(error, match=match):
         call(rb)
     assert (snapshot(rb), rb.storage.revision, rb.storage.rewrites) == before
+
+
+def test_one_slot_takes_one_row_with_or_without_its_batch_dim():
+    rb = _td_buffer()
+    rb[1] = TensorDict({"a": torch.tensor(5.0)}, [])
+    rb[2] = TensorDict({"a": torch.tensor([7.0])}, [1])  # one row, as a batch of one
+    assert rb[:]["a"].tolist() == [0, 5, 7, 0]
+    with pytest.raises(ValueError, match="does not broadcast"):
+        rb[3] = TensorDict({"a": torch.tensor([1.0, 2.0])}, [2])
+    assert rb[:]["a"].tolist() == [0, 5, 7, 0]

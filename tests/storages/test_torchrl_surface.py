@@ -6,7 +6,10 @@ Issue 19: storages had no ``set``/``get``/``dumps``/``loads``/``cleanup``, refus
 
 from __future__ import annotations
 
+import copy
+import io
 import os
+import pickle
 import subprocess
 import sys
 
@@ -246,6 +249,18 @@ def test_a_memmap_storage_shows_its_columns_as_views_of_its_file(tmp_path):
         assert view[key].filename == s.filename
     view["a"][1] = 7.0
     assert s.get(1)["a"] == 7.0 and s.get(0)["a"] == 0.0
+    # the file holds packed rows, not one column: a copy is of the values, a plain tensor
+    buf = io.BytesIO()
+    torch.save(view["b", "c"], buf)
+    buf.seek(0)
+    for copied in (
+        pickle.loads(pickle.dumps(view["a"])),
+        copy.deepcopy(view["a"]),
+        torch.load(buf),
+    ):
+        assert type(copied) is torch.Tensor
+    assert pickle.loads(pickle.dumps(view["a"]))[:3].tolist() == [0.0, 7.0, 0.0]
+    assert copy.deepcopy(view["b", "c"])[:3].tolist() == [[1.0, 1.0]] * 3
     in_memory = LazyTensorStorage(4)
     in_memory.extend(TensorDict(a=torch.zeros(3), batch_size=[3]))
     assert type(in_memory._storage["a"]) is torch.Tensor  # rows in memory: no file to name

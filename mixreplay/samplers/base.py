@@ -29,7 +29,8 @@ class Sampler:
     write_count)``, so a restore of the rows (which changes ``generation``), an
     in-place write (``rewrites``) or a write it was not told about is always noticed.
     What it keeps per slot (priorities, an epoch's order) follows ``generation`` and
-    ``write_count`` only: an in-place write keeps it.
+    ``write_count`` only: an in-place write keeps it (a slice sampler's epoch of episodes
+    also follows the list of episodes: a write that moves a boundary starts a new one).
 
     The draw contract (what a buffer, or a mixing engine drawing one source's
     share, may rely on): ``sample(storage, n, generator)`` returns a 1-D int64

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Sequence
 from typing import Any, ClassVar, NamedTuple
@@ -587,9 +588,12 @@ class SliceSampler(Sampler):
     #: uniformly at random: the draw then goes through the general path, which asks it
     _epochs: ClassVar[bool] = False
 
-    def _pick(self, m: int, k: int, storage: Storage, generator: torch.Generator) -> torch.Tensor:
+    def _pick(
+        self, m: int, k: int, storage: Storage, generator: torch.Generator, episodes: int
+    ) -> torch.Tensor:
         """Which of the ``m`` episodes long enough each of ``k`` slices comes from (positions
-        among them): uniformly, independently."""
+        among them): uniformly, independently. ``episodes`` names the list of episodes (it
+        changes when a boundary does)."""
         return torch.randint(m, (k,), generator=generator, device=generator.device)
 
     def _sample_trajectories(
@@ -621,7 +625,7 @@ class SliceSampler(Sampler):
         if pool.numel() == 0:
             raise EmptyBufferError(self._too_short_message(storage, L))
         device = first.device
-        pick = self._pick(pool.numel(), k, storage, generator)
+        pick = self._pick(pool.numel(), k, storage, generator, index.version)
         episode = pool[pick.to(device)]
         k = episode.numel()  # fewer at the end of an epoch (SliceSamplerWithoutReplacement)
         length = lengths.index_select(0, episode)
@@ -908,6 +912,10 @@ class _Columns:
         return self.storage.column(key).index_select(0, self.perm)
 
 
+#: a number no other version of any index's episode cuts has had (see _SliceIndex.version)
+_CUT_VERSIONS = itertools.count(1)
+
+
 class _SliceIndex:
     """Per slot of one storage: may a slice of ``L`` rows start here?
 
@@ -933,6 +941,9 @@ class _SliceIndex:
         self.cap = 0
         self.count = 0  # ok.sum()
         self.cut = self.ok = torch.empty(0, dtype=torch.bool)
+        # changes whenever ``cut`` (where episodes end) changes, to a number never used before:
+        # an epoch of episodes follows it, so an in-place write that moves no boundary keeps it
+        self.version = 0
         self.ids: torch.Tensor | None = None
         self.id_key: Key | None = None
         self.keys: tuple[Key, ...] = ()
@@ -968,6 +979,12 @@ class _SliceIndex:
         self._rebuild(storage)
 
     def _rebuild(self, storage: Storage) -> None:
+        before = self.cut
+        self._build(storage)
+        if before.shape != self.cut.shape or not torch.equal(before, self.cut):
+            self.version = next(_CUT_VERSIONS)
+
+    def _build(self, storage: Storage) -> None:
         sampler, L = self.sampler, self.L
         cap, n, device = storage.max_size, len(storage), storage.device
         self.cap = cap
@@ -1066,6 +1083,7 @@ class _SliceIndex:
             before += int(part.sum())
             self.ok[a:b] = part
         self.count += before
+        self.version = next(_CUT_VERSIONS)
         if self._ends is not None:
             self._extend_ends(k)
         self._changed()

@@ -89,21 +89,23 @@ class SliceSamplerWithoutReplacement(
     def sample(self, storage: Storage, n: int, generator: torch.Generator) -> torch.Tensor:
         return SliceSampler.sample(self, storage, n, generator)
 
-    def _pick(self, m: int, k: int, storage: Storage, generator: torch.Generator) -> torch.Tensor:
-        """The next ``k`` of a permutation of the ``m`` episodes, fewer when the epoch ends."""
+    def _pick(
+        self, m: int, k: int, storage: Storage, generator: torch.Generator, episodes: int
+    ) -> torch.Tensor:
+        """The next ``k`` of a permutation of the ``m`` episodes, fewer when the epoch ends.
+
+        The epoch follows the rows written (``generation``, ``write_count``) and the list of
+        episodes (``episodes``): an in-place write that moves no boundary keeps it."""
         if self.drop_last and k > m:  # checked before drawing: a refused batch changes nothing
             raise ValueError(
                 f"SliceSamplerWithoutReplacement(drop_last=True) was asked for {k} slices, and "
                 f"{m} episodes are long enough: no batch could be returned without repeating an "
                 f"episode; ask for at most {m} slices, or use drop_last=False"
             )
-        pick = self._next(
-            m, (storage.generation, storage.rewrites, storage.write_count), k, generator
-        )
+        stamp = (storage.generation, storage.write_count, episodes)
+        pick = self._next(m, stamp, k, generator)
         if pick.numel() == 0:  # drop_last dropped the epoch's rest: the next epoch's first
-            pick = self._next(
-                m, (storage.generation, storage.rewrites, storage.write_count), k, generator
-            )
+            pick = self._next(m, stamp, k, generator)
         if pick.numel() == 0:
             raise EmptyBufferError("cannot sample: no episode is long enough for a slice")
         return pick

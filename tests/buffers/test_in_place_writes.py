@@ -26,6 +26,7 @@ from mixreplay import (
     ReplayBuffer,
     SchemaMismatchError,
     SliceSampler,
+    SliceSamplerWithoutReplacement,
     TensorDictReplayBuffer,
 )
 
@@ -253,6 +254,36 @@ def test_a_slice_sampler_sees_the_new_trajectory_boundaries():
     for _ in range(20):
         t = rb.sample(16)["t"].view(4, 4)
         assert bool(((t[:, 0] <= 4) == (t[:, -1] <= 4)).all()), "a slice crosses the new boundary"
+
+
+def _episodes_buffer() -> ReplayBuffer:
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(32),
+        sampler=SliceSamplerWithoutReplacement(slice_len=2, traj_key="ep"),
+        batch_size=2,  # one slice: one episode per batch
+        generator=0,
+    )
+    rb.extend(TensorDict({"ep": torch.arange(8).repeat_interleave(4), "o": torch.zeros(32)}, [32]))
+    return rb
+
+
+def test_an_epoch_of_episodes_survives_an_in_place_write_that_moves_no_boundary():
+    """Each episode once per epoch, though a value other than the episode ids was rewritten."""
+    rb = _episodes_buffer()
+    seen = [int(rb.sample()["ep"][0]) for _ in range(3)]
+    rb.set_at_("o", torch.ones(2), [0, 5])
+    seen += [int(rb.sample()["ep"][0]) for _ in range(5)]
+    assert sorted(seen) == list(range(8))
+
+
+def test_a_boundary_moved_in_place_starts_a_new_epoch_over_the_new_episodes():
+    rb = _episodes_buffer()
+    for _ in range(3):
+        rb.sample()
+    ids = torch.arange(4).repeat_interleave(8)  # four episodes of 8 rows now
+    rb.set_("ep", ids)
+    seen = [int(rb.sample()["ep"][0]) for _ in range(4)]
+    assert sorted(seen) == list(range(4))
 
 
 def test_a_prefetching_buffer_hands_out_what_a_buffer_without_prefetching_does():

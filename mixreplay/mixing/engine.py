@@ -632,6 +632,28 @@ class MixingBuffer(BufferBase[MixedDraw]):
             "read-only)"
         )
 
+    def _no_rows_here(self, name: str) -> TypeError:
+        return TypeError(
+            f"{type(self).__name__}.{name}: a mixing buffer holds no rows of its own, so it "
+            f"writes none in place; {self._in_place_way} (offline data is read-only)"
+        )
+
+    def set_at_(self, *args: Any, **kwargs: Any) -> None:
+        """Refused, as ``rb[index] = ...``: write through the buffer that holds the rows."""
+        raise self._no_rows_here("set_at_")
+
+    def set_(self, *args: Any, **kwargs: Any) -> None:
+        """Refused, as ``rb[index] = ...``: write through the buffer that holds the rows."""
+        raise self._no_rows_here("set_")
+
+    def update_(self, *args: Any, **kwargs: Any) -> None:
+        """Refused, as ``rb[index] = ...``: write through the buffer that holds the rows."""
+        raise self._no_rows_here("update_")
+
+    def write_all(self, *args: Any, **kwargs: Any) -> None:
+        """Refused, as ``rb[index] = ...``: write through the buffer that holds the rows."""
+        raise self._no_rows_here("write_all")
+
     @property
     def write_count(self) -> int:
         """Rows written through :meth:`extend` since creation (TorchRL's ``write_count``)."""

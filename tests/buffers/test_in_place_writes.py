@@ -378,6 +378,16 @@ def test_offline_rows_and_mixing_buffers_refuse_in_place_writes_naming_the_way()
     mix.extend(data[:4].clone())
     with pytest.raises(TypeError, match=r"rb.online_buffer\[index\] = \.\.\."):
         mix[0] = data[0]
+    for name, call in [
+        ("set_at_", lambda: mix.set_at_("a", torch.zeros(1), [0])),
+        ("set_", lambda: mix.set_("a", torch.zeros(4))),
+        ("update_", lambda: mix.update_(data[:4])),
+        ("write_all", lambda: mix.write_all(data[:4])),
+    ]:
+        with pytest.raises(
+            TypeError, match=rf"{name}: a mixing buffer holds no rows.*online_buffer"
+        ):
+            call()
     mix.online_buffer[0] = data[5]  # the way named: rows rewritten where they live
     assert mix.online_buffer[:]["a"].tolist() == [5, 1, 2, 3]
     # the mixing buffer draws the online rows by their packed layout: no key added there

@@ -724,7 +724,14 @@ class ReplayBuffer(BufferBase[Sampled]):
         slots = self._slots_of(slice(None), 0)
         data = input_dict_or_td
         if not isinstance(data, TensorDictBase):
-            data = TensorDict(dict(data), batch_size=slots.shape)
+            try:
+                data = TensorDict(dict(data), batch_size=slots.shape)
+            except RuntimeError:
+                shapes = {k: list(getattr(v, "shape", ())) for k, v in dict(data).items()}
+                raise ValueError(
+                    f"update_ takes one value per row held ({list(slots.shape)} rows), got "
+                    f"values of shapes {shapes}; give each key one value per row"
+                ) from None
         if keys_to_update is not None:
             data = data.select(*keys_to_update)
         self._check_stored_keys(list(data.keys(True, True)), "update_")

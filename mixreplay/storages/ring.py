@@ -774,7 +774,14 @@ class TensorStorage(RingCounters, PackedStorage):
                 self._check_new_keys(added)
                 for key in added:
                     check_dense(key, data.get(key))
-                    current.set(key, data.get(key))
+                    try:
+                        current.set(key, data.get(key))
+                    except KeyError:  # a key under a stored leaf: ("obs", "x") with "obs" a tensor
+                        raise SchemaMismatchError(
+                            f"an in-place write adds the key {format_key(normalize_key(key))} "
+                            "under a stored value that is a tensor, not a TensorDict; write it "
+                            "under a new key"
+                        ) from None
                 target = RowLayout(Schema.from_tensordict(current))
             try:
                 current.update(data.exclude(*added) if added else data)

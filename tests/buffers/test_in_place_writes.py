@@ -541,11 +541,16 @@ ROW = TensorDict({"a": torch.ones(1)}, [1])
          "slot 7 holds no row.*write new ones with extend"),
         (lambda: _td_buffer(0), lambda rb: rb.storage.__setitem__(0, ROW[0]), IndexError,
          "slot 0 holds no row"),
+        (_td_buffer, lambda rb: rb.__setitem__(0, TensorDict({("a", "x"): torch.ones(())}, [])),
+         SchemaMismatchError, r"adds the key \('a', 'x'\) under a stored value that is a tensor"),
+        (_td_buffer, lambda rb: rb.update_({"a": torch.ones(3)}), ValueError,
+         r"update_ takes one value per row held \(\[4\] rows\)"),
     ],
     ids=[
         "not-rows", "count", "slot", "empty", "empty-storage", "tuple", "fixed-fields",
         "items-slot", "items-storage-slot", "items-count", "items-keys", "transforms-empty",
         "transforms-count", "items-storage-append", "storage-unheld-slot", "empty-storage-set",
+        "key-under-a-leaf", "update-count",
     ],
 )  # fmt: skip
 def test_each_refusal_names_the_way_and_changes_nothing(make, call, error, match):

@@ -556,8 +556,15 @@ def gated_rb(seed=123):
 def release_when_held(rb, collate, seen):
     """Release the draw in flight once ``rb._futures_lock`` is held (watchdog: 10 s)."""
     lock = rb._futures_lock
+
+    def held_elsewhere() -> bool:  # an RLock: another thread's hold makes this acquire fail
+        if lock.acquire(blocking=False):
+            lock.release()
+            return False
+        return True
+
     try:
-        seen.append(any(lock.locked() or collate.release.wait(0.001) for _ in range(10_000)))
+        seen.append(any(held_elsewhere() or collate.release.wait(0.001) for _ in range(10_000)))
     finally:
         collate.release.set()
 

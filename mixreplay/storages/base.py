@@ -428,9 +428,11 @@ class Storage(Locked, abc.ABC):
         """TorchRL's ``storage[index] = value``: rows replaced in place, the counters kept.
 
         A TensorDict into a storage of TensorDict rows goes through :meth:`rewrite` (some or
-        new keys; held slots only); anything else through ``set(index, value,
-        set_cursor=False)``.
+        new keys); anything else through ``set(index, value, set_cursor=False)``. Held slots
+        only: a slot that holds no row is refused (``IndexError``), as by ``rb[index] = ...``
+        (``set`` itself writes any slot, as TorchRL's).
         """
+        self._check_held(index)
         if (
             self.packed
             and self.ndim == 1
@@ -444,6 +446,19 @@ class Storage(Locked, abc.ABC):
             self.rewrite(slots, value)
             return
         self.set(index, value, set_cursor=False)
+
+    def _check_held(self, index: Any) -> None:
+        """Refuse an in-place write at a slot (a step of an ``ndim=2`` grid) holding no row."""
+        width = self.width or 1
+        held = len(self) // width
+        where = index[0] if isinstance(index, tuple) and width > 1 else index
+        try:
+            as_index(where, held, torch.device("cpu"))
+        except IndexError as err:
+            raise IndexError(
+                f"storage[{index!r}] = ...: {err}; an in-place write replaces rows that are "
+                "held: write new ones with extend() (or set(), TorchRL's)"
+            ) from None
 
     @property
     def ndim(self) -> int:

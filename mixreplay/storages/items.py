@@ -396,12 +396,6 @@ class ListStorage(RingCounters, Storage):
                         f"Cannot append data to the list storage: maximum capacity is "
                         f"{self.max_size} and the index of the item to be set is {slot}."
                     )
-                if not set_cursor and slot >= len(held):
-                    raise IndexError(
-                        f"slot {slot} holds no item ({type(self).__name__} holds {len(held)}); "
-                        "set(..., set_cursor=False) and storage[index] = ... replace items that "
-                        "are held: write new ones with extend() or set()"
-                    )
                 if slot > length:
                     raise RuntimeError(
                         "Cannot append data located more than one item away from the storage "

@@ -255,17 +255,6 @@ class MemoryMappedColumn(MemoryMappedTensor):
         return self.as_subclass(torch.Tensor).clone()
 
 
-def _check_held(index: torch.Tensor, held: int, name: str) -> None:
-    """Refuse replacing rows in place at slots that hold none (``IndexError``)."""
-    bad = index[(index < 0) | (index >= held)]
-    if bad.numel():
-        raise IndexError(
-            f"slot {int(bad[0])} holds no row ({name} holds {held}); set(..., set_cursor=False) "
-            "and storage[index] = ... replace rows that are held: write new ones with extend() "
-            "or set()"
-        )
-
-
 def grid_key(index: Any) -> Any:
     """``index`` as torch indexes a grid of slots (lists and ranges as tensors)."""
     if isinstance(index, range):
@@ -684,8 +673,6 @@ class TensorStorage(RingCounters, PackedStorage):
 
     def _set_rows(self, index: torch.Tensor, data: Any, set_cursor: bool) -> None:
         with self.lock:
-            if not set_cursor and index.numel():
-                _check_held(index, self._len, type(self).__name__)
             layout = self._layout
             rows, codec = to_rows(data, self.codec, layout is None)
             n = int(rows.batch_size[0]) if rows.batch_dims else 0

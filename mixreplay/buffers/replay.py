@@ -114,7 +114,8 @@ def _share_transform(transform: Any) -> None:
 
 
 def _lead(value: Any) -> list[int] | None:
-    """The leading (batch) shape of what is written in place, when it has one."""
+    """The batch shape of a collection, the leading dim of a tensor (``None`` for other
+    data): what the write-side transforms must keep of an in-place write."""
     if data_types.is_collection(value):
         return list(value.batch_size)
     if isinstance(value, torch.Tensor):
@@ -126,10 +127,8 @@ def _no_rows(data: Any) -> bool:
     """Whether write-side transforms left nothing to write (``None`` or zero rows)."""
     if data is None:
         return True
-    shape = getattr(data, "batch_size", None)
-    if shape is None and isinstance(data, torch.Tensor):
-        shape = data.shape
-    return shape is not None and len(shape) > 0 and shape[0] == 0
+    lead = _lead(data)
+    return lead is not None and len(lead) > 0 and lead[0] == 0
 
 
 def _check_dim_extend(owner: str, dim_extend: Any, ndim: int) -> int:
@@ -153,9 +152,9 @@ def _transpose(data: Any, dim: int) -> Any:
     """``data`` with dims ``dim`` and 0 swapped (TorchRL's ``rb._transpose``)."""
     if isinstance(data, torch.Tensor) or data_types.is_collection(data):
         return data.transpose(dim, 0)
-    from torch.utils._pytree import tree_map
-
-    return tree_map(lambda x: x.transpose(dim, 0) if isinstance(x, torch.Tensor) else x, data)
+    return pytree.tree_map(
+        lambda x: x.transpose(dim, 0) if isinstance(x, torch.Tensor) else x, data
+    )
 
 
 def _raise_clear_write_error(data: Any, err: RuntimeError) -> NoReturn:
@@ -791,10 +790,11 @@ class ReplayBuffer(BufferBase[Sampled]):
         one = len(shape) == 0
         if one and data_types.is_collection(value) and tuple(value.batch_size) == (1,):
             shape = torch.Size([1])  # one slot, given as one row of a batch
-        elif one and (data_types.is_collection(value) or isinstance(value, torch.Tensor)):
-            value = data_types.one_row(value)
-            shape = torch.Size([1])
-        elif one and not storage.holds_items:
+        elif one and (
+            data_types.is_collection(value)
+            or isinstance(value, torch.Tensor)
+            or not storage.holds_items
+        ):
             value = data_types.one_row(value)
             shape = torch.Size([1])
         elif one:
@@ -957,9 +957,9 @@ class ReplayBuffer(BufferBase[Sampled]):
         :meth:`write_side` (a mixing buffer's rate-limited write, part by part)."""
         if self._gate is not None and not self._storage.holds_items:
             return self._extend_limited(data, check, timeout)
-        if self._transform.writes and not transformed:
-            data = self._transform.inv(data)
-            if _no_rows(data):
+        if not transformed:
+            data = self.write_side(data)
+            if data is None:
                 return _NOTHING_WRITTEN.clone()
         if check is not None:
             check(data)
@@ -1087,7 +1087,7 @@ class ReplayBuffer(BufferBase[Sampled]):
         timeout = check_timeout(timeout)
         storage, gate = self._storage, self._gate
         assert gate is not None
-        transform = self._transform.inv if self._transform.writes and not transformed else None
+        transform = None if transformed else self.write_side
         data = data_types.as_batch(data)
         counted = None if whole else _input_rows(data)
         one = counted is None  # the input goes in as one part
@@ -1097,7 +1097,7 @@ class ReplayBuffer(BufferBase[Sampled]):
             part = data if one or b - a == n else _input_part(data, a, b)
             if transform is not None:
                 part = transform(part)
-                if _no_rows(part):
+                if part is None:
                     return None, 0
             rows = part if stored is None else stored(part)
             if check is not None:

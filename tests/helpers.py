@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, tensorclass
 
 from mixreplay.errors import BufferActorError
 from mixreplay.layout import RowLayout
@@ -73,11 +73,31 @@ def id_rows(start: int, n: int) -> TensorDict:
     )
 
 
+@tensorclass
+class Inner:
+    """A tensorclass nested in :class:`Outer` (tests of tensorclass rows)."""
+
+    key1: torch.Tensor
+
+
+@tensorclass
+class Outer:
+    """A tensorclass with a nested one, as TorchRL's tests build them."""
+
+    key1: torch.Tensor
+    next: Inner
+
+
 def counted_rows(
     n: int, start: int = 0, *, dtype: torch.dtype = torch.int64, key: str = "x"
 ) -> TensorDict:
     """``n`` rows of one leaf ``key`` that counts ``start, start + 1, ...`` (the write order)."""
     return TensorDict({key: torch.arange(start, start + n, dtype=dtype)}, [n])
+
+
+def float_rows(n: int, start: int = 0) -> TensorDict:
+    """:func:`counted_rows` as float32 (rows that mix with float offline rows)."""
+    return counted_rows(n, start, dtype=torch.float32)
 
 
 def filled_rows(n: int, value: float, *, key: str = "x", width: int = 1) -> TensorDict:

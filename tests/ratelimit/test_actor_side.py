@@ -8,7 +8,6 @@ again applies only the rest; a chunk behind a held one of the same writer waits 
 
 from __future__ import annotations
 
-import functools
 import threading
 
 import pytest
@@ -27,9 +26,7 @@ from mixreplay.distributed.host import BufferHost
 from mixreplay.distributed.limited import Blocked, Poll
 from mixreplay.distributed.wire import Packer
 from mixreplay.rate_limit import RateCounts
-from tests.helpers import counted_rows
-
-rows = functools.partial(counted_rows, dtype=torch.float32)
+from tests.helpers import float_rows as rows
 
 LIMIT = SampleToInsertRatio(samples_per_insert=8, min_size_to_sample=2, error_buffer=16)
 

@@ -11,13 +11,11 @@ inserted once and counted once, and every row sampled was counted once.
 
 from __future__ import annotations
 
-import functools
 import random
 import threading
 import time
 
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
@@ -31,9 +29,8 @@ from mixreplay import (
     ReplayBuffer,
     SampleToInsertRatio,
 )
-from tests.helpers import counted_rows, run_threads
-
-rows = functools.partial(counted_rows, dtype=torch.float32)
+from tests.helpers import float_rows as rows
+from tests.helpers import run_threads
 
 CALL_TIMEOUT = 60.0  # an extend waits at most this long; only a hang would reach it
 

@@ -6,7 +6,6 @@ for the rows they hold; so does a state saved with a limiter of other settings.
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import json
 import logging
@@ -33,9 +32,8 @@ from mixreplay.errors import CheckpointError
 from mixreplay.rate_limit import RateGate
 from mixreplay.samplers import PrioritizedSampler
 from mixreplay.schedules import Constant
-from tests.helpers import counted_rows, run_threads
-
-rows = functools.partial(counted_rows, dtype=torch.float32)
+from tests.helpers import float_rows as rows
+from tests.helpers import run_threads
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 OFFLINE = OfflineDataset.from_tensordict(TensorDict({"x": -torch.arange(1.0, 51.0)}, [50]))

@@ -9,7 +9,6 @@ a row may be inserted while ``(inserts + 1) * spi - samples <= max_diff`` (free 
 
 from __future__ import annotations
 
-import functools
 import math
 import pickle
 
@@ -29,10 +28,7 @@ from mixreplay import (
 )
 from mixreplay.errors import CheckpointError
 from mixreplay.rate_limit import RateLimiter
-from tests.helpers import counted_rows
-
-rows = functools.partial(counted_rows, dtype=torch.float32)
-
+from tests.helpers import float_rows as rows
 
 # -- the settings ---------------------------------------------------------------------------
 

@@ -6,7 +6,6 @@ fails the test after closing the buffer, never the suite.
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 
@@ -26,9 +25,8 @@ from mixreplay import (
     SampleToInsertRatio,
 )
 from mixreplay.samplers import PrioritizedSampler
-from tests.helpers import counted_rows, run_threads
-
-rows = functools.partial(counted_rows, dtype=torch.float32)
+from tests.helpers import float_rows as rows
+from tests.helpers import run_threads
 
 OFFLINE = OfflineDataset.from_tensordict(
     TensorDict({"x": -torch.arange(1.0, 101.0)}, [100])

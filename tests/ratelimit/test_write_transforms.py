@@ -8,8 +8,6 @@ counts only the rows kept, one that makes more rows waits until they all fit, an
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 from tensordict import TensorDict
@@ -23,9 +21,9 @@ from mixreplay import (
     ReplayBuffer,
     SampleToInsertRatio,
 )
-from tests.helpers import counted_rows, run_threads
+from tests.helpers import float_rows as rows
+from tests.helpers import run_threads
 
-rows = functools.partial(counted_rows, dtype=torch.float32)
 KINDS = ["replay", "offline_to_online", "mixture"]
 
 # UTD 2 at batch 4: 8 rows sampled per row inserted; 2 rows before the first sample; band [0, 32]
@@ -42,14 +40,12 @@ def doubled(td):
 
 def buffer(kind: str, transform, limiter=LIMIT):
     """A limited buffer whose online rows go through the write side ``transform``."""
-    online = ReplayBuffer(storage=LazyTensorStorage(100), generator=0)
-    online.append_transform(transform, invert=True)
     if kind == "replay":
-        online = ReplayBuffer(
+        rb = ReplayBuffer(
             storage=LazyTensorStorage(100), batch_size=4, generator=0, rate_limiter=limiter
         )
-        online.append_transform(transform, invert=True)
-        return online, online
+        rb.append_transform(transform, invert=True)
+        return rb, rb
     offline = OfflineDataset.from_tensordict(TensorDict({"x": -torch.arange(1.0, 51.0)}, [50]))
     if kind == "offline_to_online":
         rb = OfflineToOnlineReplayBuffer(
@@ -57,6 +53,8 @@ def buffer(kind: str, transform, limiter=LIMIT):
         )
         rb.online_buffer.append_transform(transform, invert=True)
         return rb, rb.online_buffer
+    online = ReplayBuffer(storage=LazyTensorStorage(100), generator=0)
+    online.append_transform(transform, invert=True)
     rb = MixtureReplayBuffer(
         {"off": offline, "on": online},
         {"off": 0.5, "on": 0.5},

@@ -14,23 +14,13 @@ import pickle
 
 import pytest
 import torch
-from tensordict import TensorDict, tensorclass
+from tensordict import TensorDict
 from torch.utils._pytree import tree_flatten
 
 from mixreplay import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer
+from tests.helpers import Inner, Outer
 
 Pair = collections.namedtuple("Pair", ["obs", "reward"])
-
-
-@tensorclass
-class Inner:
-    key1: torch.Tensor
-
-
-@tensorclass
-class Outer:
-    key1: torch.Tensor
-    next: Inner
 
 
 def _ids(n: int) -> torch.Tensor:

@@ -28,17 +28,7 @@ from mixreplay import (
     TensorStorage,
 )
 from mixreplay.errors import DataStructureError
-
-
-@tensorclass
-class Inner:
-    key1: torch.Tensor
-
-
-@tensorclass
-class Outer:
-    key1: torch.Tensor
-    next: Inner
+from tests.helpers import Inner, Outer
 
 
 @tensorclass

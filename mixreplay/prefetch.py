@@ -372,16 +372,12 @@ class Prefetcher(Generic[T]):
         draw is asked for or handed out meanwhile; a load waits so before it checks
         the state it replaces.
         """
-        if hold:
-            with self._lock:
-                pending = list(self._queue)
-                if pending:
-                    self._await(pending)
-            return
         with self._lock:
             pending = list(self._queue)
-        if pending:
-            self._await(pending)
+            if hold:
+                self._await(pending)  # returns at once when every draw has run
+                return
+        self._await(pending)
 
     def _discard_locked(self):
         pending = list(self._queue)

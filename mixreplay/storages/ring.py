@@ -880,9 +880,9 @@ class TensorStorage(RingCounters, PackedStorage):
         """Count ``n`` rows written from slot ``start``; the slots they went to."""
         cap = self.max_size
         cursor, length, count = (start + n) % cap, min(cap, self._len + n), self._write_count + n
+        revision = self._revision + 1
         # one statement without calls: an interrupt never moves one counter without the others
-        self._cursor, self._len, self._write_count = cursor, length, count
-        self._revision += 1
+        self._cursor, self._len, self._write_count, self._revision = cursor, length, count, revision
         if n == 1:  # an environment step: a new one-slot tensor is cheaper made by full
             return torch.full((1,), start, dtype=torch.int64, device=self.device)
         index = torch.arange(start, start + n, device=self.device)

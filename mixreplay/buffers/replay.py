@@ -957,7 +957,7 @@ class ReplayBuffer(BufferBase[Sampled]):
         :meth:`write_side` (a mixing buffer's rate-limited write, part by part)."""
         if self._gate is not None and not self._storage.holds_items:
             return self._extend_limited(data, check, timeout)
-        if not transformed:
+        if self._transform.writes and not transformed:  # ``None`` as given is refused below
             data = self.write_side(data)
             if data is None:
                 return _NOTHING_WRITTEN.clone()
@@ -1087,7 +1087,7 @@ class ReplayBuffer(BufferBase[Sampled]):
         timeout = check_timeout(timeout)
         storage, gate = self._storage, self._gate
         assert gate is not None
-        transform = None if transformed else self.write_side
+        transform = self.write_side if self._transform.writes and not transformed else None
         data = data_types.as_batch(data)
         counted = None if whole else _input_rows(data)
         one = counted is None  # the input goes in as one part
